@@ -1,0 +1,68 @@
+"""linumpy_gpu: OME-Zarr volumes between disk and NVIDIA GPU memory, fast and safely.
+
+Importing this package never imports cupy, nvCOMP or kvikio; GPU pieces load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._version import __version__
+from .errors import (
+    ChunkDecodeError,
+    DeviceFallbackWarning,
+    GpuUnavailableError,
+    InvalidMetadataError,
+    LinumpyGpuError,
+    LinumpyGpuWarning,
+    MetadataWarning,
+    NotOmeZarrError,
+    OutputMismatchError,
+    SelectionError,
+    StoreNotFoundError,
+)
+from .image import Labels, Level, MultiscaleImage, Plate, SeriesCollection, Well, open_ome_zarr
+
+
+def open_ome_zarr_gpu(path: Any, device: int = 0, **kwargs: Any) -> Any:
+    """Open an OME-Zarr store whose reads land in cupy arrays on GPU ``device``.
+
+    Raises :class:`GpuUnavailableError` naming whatever is missing (cupy, nvCOMP, a CUDA
+    device) and the pip extra that installs it.
+    """
+    return open_ome_zarr(path, device=device, **kwargs)
+
+
+def gpu_zarr_context(*args: Any, **kwargs: Any) -> Any:
+    """Scope in which plain zarr-python arrays return cupy, decoded by linumpy_gpu's codecs.
+
+    See :func:`linumpy_gpu.gpu.context.gpu_zarr_context`.
+    """
+    from .gpu.context import gpu_zarr_context as _ctx
+
+    return _ctx(*args, **kwargs)
+
+
+__all__ = [
+    "ChunkDecodeError",
+    "DeviceFallbackWarning",
+    "GpuUnavailableError",
+    "InvalidMetadataError",
+    "Labels",
+    "Level",
+    "LinumpyGpuError",
+    "LinumpyGpuWarning",
+    "MetadataWarning",
+    "MultiscaleImage",
+    "NotOmeZarrError",
+    "OutputMismatchError",
+    "Plate",
+    "SelectionError",
+    "SeriesCollection",
+    "StoreNotFoundError",
+    "Well",
+    "__version__",
+    "gpu_zarr_context",
+    "open_ome_zarr",
+    "open_ome_zarr_gpu",
+]

@@ -1,0 +1,29 @@
+"""Turn decoded chunk bytes into arrays and place them in the output (numpy or cupy)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .layout import ChunkFormat
+
+
+def chunk_array(raw: Any, fmt: ChunkFormat, dtype: np.dtype) -> Any:
+    """View 1-D uint8 ``raw`` (numpy or cupy) as the decoded chunk, native byte order."""
+    if fmt.needs_byteswap:
+        # cupy has no non-native dtypes: reverse each element's bytes explicitly.
+        raw = raw.reshape(-1, dtype.itemsize)[:, ::-1].copy().reshape(-1)
+    arr = raw.view(dtype)
+    if fmt.transpose is not None:
+        stored_shape = tuple(fmt.shape[i] for i in fmt.transpose)
+        return arr.reshape(stored_shape).transpose(tuple(np.argsort(fmt.transpose)))
+    return arr.reshape(fmt.shape, order=fmt.order)
+
+
+def place(out: Any, out_region: tuple[slice, ...], chunk: Any, chunk_region: tuple[slice, ...]) -> None:
+    out[out_region] = chunk[chunk_region]
+
+
+def fill(out: Any, out_region: tuple[slice, ...], value: Any) -> None:
+    out[out_region] = value

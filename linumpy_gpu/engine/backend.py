@@ -1,0 +1,102 @@
+"""Backends: where arrays live and how a batch of chunks is decoded.
+
+The engine is written once against this interface. :class:`CpuBackend` keeps arrays in
+numpy and decodes with numcodecs on a thread pool; ``linumpy_gpu.gpu.backend.GpuBackend``
+keeps them in cupy and decodes in nvCOMP batches.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from ..errors import ChunkDecodeError, OutputMismatchError
+from .codecs import cpu_decode_bytes
+from .layout import ChunkFormat
+
+EncodedChunk = tuple[str, memoryview]  # (key for messages, stored bytes)
+
+
+class Backend:
+    """Interface of a backend (the CPU one is the reference implementation)."""
+
+    name = "abstract"
+    xp: Any = None
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        raise NotImplementedError
+
+    def owns(self, array: Any) -> bool:
+        raise NotImplementedError
+
+    def from_host(self, array: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def decode(self, chunks: Sequence[EncodedChunk], fmt: ChunkFormat, array: str) -> list[Any]:
+        """Decode a batch: for each chunk a 1-D uint8 array of ``fmt.nbytes`` bytes."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Wait until all work queued for a read is done (a no-op on the CPU)."""
+
+    def check_out(self, out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        if not self.owns(out):
+            raise OutputMismatchError(
+                f"out must be a {self.xp.__name__} array for the {self.name} backend, "
+                f"got {type(out).__module__}.{type(out).__name__}"
+            )
+        if tuple(out.shape) != tuple(shape):
+            raise OutputMismatchError(f"out has shape {tuple(out.shape)}, the read gives {shape}")
+        if np.dtype(out.dtype) != dtype:
+            raise OutputMismatchError(f"out has dtype {out.dtype}, the array is {dtype}")
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    xp = np
+
+    _pool: ThreadPoolExecutor | None = None
+    _pool_lock = threading.Lock()
+
+    @classmethod
+    def pool(cls) -> ThreadPoolExecutor:
+        with cls._pool_lock:
+            if cls._pool is None:
+                cls._pool = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="linumpy-decode")
+            return cls._pool
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype=dtype)
+
+    def owns(self, array):
+        return isinstance(array, np.ndarray)
+
+    def from_host(self, array):
+        return array
+
+    def check_out(self, out, shape, dtype):
+        super().check_out(out, shape, dtype)
+        if not out.flags.writeable:
+            raise OutputMismatchError("out is read-only")
+
+    def decode(self, chunks, fmt, array):
+        def one(item: EncodedChunk) -> np.ndarray:
+            key, data = item
+            try:
+                raw = cpu_decode_bytes(data, fmt.codecs)
+            except Exception as exc:  # numcodecs raises RuntimeError/ValueError/...
+                raise ChunkDecodeError(array, key, f"{type(exc).__name__}: {exc}") from exc
+            if len(raw) != fmt.nbytes:
+                raise ChunkDecodeError(
+                    array, key, f"decoded to {len(raw)} bytes, expected {fmt.nbytes}"
+                )
+            return np.frombuffer(raw, dtype=np.uint8)
+
+        if len(chunks) <= 1:
+            return [one(c) for c in chunks]
+        return list(self.pool().map(one, chunks))

@@ -1,0 +1,180 @@
+"""The read engine: region -> chunk plan -> fetch bytes -> batched decode -> assemble.
+
+One implementation for every backend. Work proceeds in batches of bounded decoded size;
+the bytes of batch k+1 are fetched while batch k is decoded and assembled.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ChunkDecodeError
+from .assemble import chunk_array, fill, place
+from .backend import Backend
+from .fetch import ByteRequest, ByteSource, coalesce, source_for
+from .layout import ArrayLayout, layout_of
+from .plan import ChunkTask, plan_chunks
+from .selection import Selection, normalize_selection
+from .sharding import ShardIndexError, index_request_args, inner_entry, parse_index, shard_coords
+
+DEFAULT_BATCH_BYTES = 256 << 20
+
+
+@dataclass
+class _Fetched:
+    tasks: list[ChunkTask]
+    keys: list[str]
+    data: list[memoryview | None]
+
+
+class ChunkedArrayReader:
+    """Reads regions of one zarr array into arrays of one backend."""
+
+    def __init__(
+        self,
+        array: Any,
+        backend: Backend,
+        *,
+        name: str | None = None,
+        source: ByteSource | None = None,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+        index_cache_size: int = 1024,
+    ):
+        self.array = array
+        self.backend = backend
+        self.name = name or str(array.store_path)
+        self.layout: ArrayLayout = layout_of(array, self.name)
+        self.source = source or source_for(array.store)
+        prefix = array.store_path.path
+        self._prefix = f"{prefix}/" if prefix else ""
+        self.batch_bytes = max(1, batch_bytes)
+        self._index_cache: OrderedDict[str, np.ndarray | None] = OrderedDict()
+        self._index_cache_size = index_cache_size
+        self._lock = threading.Lock()
+
+    # -- public ---------------------------------------------------------------------------
+
+    def read(self, index: Any = (), out: Any = None, progress: Any = None) -> Any:
+        """Read ``index`` (numpy basic indexing) into a new array or into ``out``."""
+        layout = self.layout
+        sel = normalize_selection(index, layout.shape)
+        if out is not None:
+            self.backend.check_out(out, sel.shape, layout.dtype)
+            work, result = sel.writable_full_view(out), out
+        else:
+            work = self.backend.empty(sel.full_shape, layout.dtype)
+            result = sel.result_view(work)
+        if sel.size == 0:
+            return result
+        if layout.delegate_reason is not None:
+            self._read_delegated(sel, work)
+            return result
+        tasks = list(plan_chunks(sel, layout.shape, layout.chunk_shape))
+        batches = self._batches(tasks)
+        if progress is not None:
+            progress.reset(total=len(tasks))
+        if len(batches) == 1:
+            self._decode_and_place(self._fetch(batches[0]), work)
+        else:
+            with ThreadPoolExecutor(1, thread_name_prefix="linumpy-prefetch") as prefetch:
+                pending: Future = prefetch.submit(self._fetch, batches[0])
+                for i in range(len(batches)):
+                    fetched = pending.result()
+                    if i + 1 < len(batches):
+                        pending = prefetch.submit(self._fetch, batches[i + 1])
+                    self._decode_and_place(fetched, work)
+                    if progress is not None:
+                        progress.update(len(fetched.tasks))
+        self.backend.finish()
+        return result
+
+    # -- stages ---------------------------------------------------------------------------
+
+    def _batches(self, tasks: list[ChunkTask]) -> list[list[ChunkTask]]:
+        per_chunk = self.layout.chunk.nbytes if self.layout.chunk else 1
+        per_batch = max(1, self.batch_bytes // max(1, per_chunk))
+        return [tasks[i : i + per_batch] for i in range(0, len(tasks), per_batch)]
+
+    def _fetch(self, tasks: list[ChunkTask]) -> _Fetched:
+        layout = self.layout
+        if layout.shard_index is None:
+            keys = [self._prefix + layout.storage_key(t.coords) for t in tasks]
+            return _Fetched(tasks, keys, self.source.fetch([ByteRequest(k) for k in keys]))
+        fmt = layout.shard_index
+        shard_keys = [
+            self._prefix + layout.storage_key(shard_coords(t.coords, fmt)) for t in tasks
+        ]
+        indexes = self._shard_indexes(sorted(set(shard_keys)))
+        requests: list[ByteRequest] = []
+        slots: list[int | None] = []
+        keys = []
+        for t, shard_key in zip(tasks, shard_keys, strict=True):
+            keys.append(f"{shard_key} (inner chunk {tuple(c % n for c, n in zip(t.coords, fmt.inner_per_shard, strict=True))})")
+            entry = inner_entry(indexes[shard_key], t.coords, fmt)
+            if entry is None:
+                slots.append(None)
+                continue
+            slots.append(len(requests))
+            requests.append(ByteRequest(shard_key, entry[0], entry[1]))
+        merged, where = coalesce(requests)
+        blobs = self.source.fetch(merged)
+        data: list[memoryview | None] = []
+        for t_key, slot in zip(keys, slots, strict=True):
+            if slot is None:
+                data.append(None)
+                continue
+            m, start, length = where[slot]
+            blob = blobs[m]
+            if blob is None or start + length > len(blob):
+                raise ChunkDecodeError(self.name, t_key, "shard is shorter than its index says")
+            data.append(blob[start : start + length])
+        return _Fetched(tasks, keys, data)
+
+    def _shard_indexes(self, shard_keys: Sequence[str]) -> dict[str, np.ndarray | None]:
+        fmt = self.layout.shard_index
+        found: dict[str, np.ndarray | None] = {}
+        with self._lock:
+            for k in shard_keys:
+                if k in self._index_cache:
+                    self._index_cache.move_to_end(k)
+                    found[k] = self._index_cache[k]
+        missing = [k for k in shard_keys if k not in found]
+        if missing:
+            args = index_request_args(fmt)
+            blobs = self.source.fetch([ByteRequest(k, **args) for k in missing])
+            for k, blob in zip(missing, blobs, strict=True):
+                try:
+                    found[k] = parse_index(blob, fmt)
+                except ShardIndexError as exc:
+                    raise ChunkDecodeError(self.name, k, str(exc)) from None
+            with self._lock:
+                for k in missing:
+                    self._index_cache[k] = found[k]
+                while len(self._index_cache) > self._index_cache_size:
+                    self._index_cache.popitem(last=False)
+        return found
+
+    def _decode_and_place(self, fetched: _Fetched, work: Any) -> None:
+        layout = self.layout
+        present = [i for i, d in enumerate(fetched.data) if d is not None]
+        decoded = self.backend.decode(
+            [(fetched.keys[i], fetched.data[i]) for i in present], layout.chunk, self.name
+        )
+        for i, raw in zip(present, decoded, strict=True):
+            task = fetched.tasks[i]
+            place(work, task.out_region, chunk_array(raw, layout.chunk, layout.dtype), task.chunk_region)
+        for i, d in enumerate(fetched.data):
+            if d is None:
+                fill(work, fetched.tasks[i].out_region, layout.fill_value)
+
+    def _read_delegated(self, sel: Selection, work: Any) -> None:
+        region = tuple(slice(a.start, a.stop, a.step) for a in sel.axes)
+        host = np.asarray(self.array[region])
+        work[...] = self.backend.from_host(host.astype(self.layout.dtype, copy=False))

@@ -1,0 +1,44 @@
+"""Find the GPU stack without importing it eagerly, and say exactly what is missing."""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache
+
+from ..errors import GpuUnavailableError
+
+INSTALL_HINT = (
+    "install the GPU extra that matches your CUDA driver: "
+    "pip install 'linumpy-gpu[cu13]' (CUDA 13) or 'linumpy-gpu[cu12]' (CUDA 12)"
+)
+
+
+@lru_cache(maxsize=1)
+def missing_pieces() -> tuple[str, ...]:
+    """Human-readable names of what the GPU path lacks; empty when all is there."""
+    missing = []
+    if importlib.util.find_spec("cupy") is None:
+        missing.append("cupy (cupy-cuda13x or cupy-cuda12x)")
+    else:
+        try:
+            import cupy
+
+            if cupy.cuda.runtime.getDeviceCount() < 1:
+                missing.append("a visible CUDA device")
+        except Exception as exc:  # no driver, no device, broken install
+            missing.append(f"a usable CUDA device ({type(exc).__name__}: {exc})")
+    try:
+        from .nvcomp_lib import find_libnvcomp
+
+        find_libnvcomp()
+    except Exception as exc:
+        missing.append(f"nvCOMP (nvidia-nvcomp-cu13 / -cu12): {exc}")
+    return tuple(missing)
+
+
+def require_gpu() -> None:
+    missing = missing_pieces()
+    if missing:
+        raise GpuUnavailableError(
+            "the GPU path needs " + "; ".join(missing) + ". " + INSTALL_HINT
+        )

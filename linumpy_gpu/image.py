@@ -1,0 +1,457 @@
+"""What users hold: multiscale images, their levels, labels, plates, wells and series."""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Iterator, Mapping
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from . import ngff
+from .device import resolve_backend
+from .engine import ChunkedArrayReader
+from .engine.backend import Backend
+from .errors import InvalidMetadataError, MetadataWarning, NotOmeZarrError, StoreNotFoundError
+
+
+class Level:
+    """One resolution level: a lazily read n-D array with numpy basic indexing."""
+
+    def __init__(self, reader: ChunkedArrayReader, image: MultiscaleImage, index: int, path: str):
+        self._reader = reader
+        self.image = image
+        self.index = index
+        self.path = path
+
+    # metadata -------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._reader.layout.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._reader.layout.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """The chunk shape: the inner chunk for sharded arrays."""
+        return self._reader.layout.chunk_shape
+
+    @property
+    def shards(self) -> tuple[int, ...] | None:
+        return self._reader.layout.shard_shape
+
+    @property
+    def codecs(self) -> tuple[str, ...]:
+        layout = self._reader.layout
+        if layout.chunk is not None:
+            return layout.codec_names
+        arr = self._reader.array
+        return tuple(type(c).__name__ for c in (*arr.filters, *arr.compressors))
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def axes(self) -> tuple[ngff.Axis, ...]:
+        return self.image.axes
+
+    @property
+    def scale(self) -> tuple[float, ...]:
+        return self.image.scale(self.index)
+
+    @property
+    def translation(self) -> tuple[float, ...]:
+        return self.image.translation(self.index)
+
+    @property
+    def device(self) -> str:
+        return self._reader.backend.name
+
+    @property
+    def zarr_array(self) -> Any:
+        """The underlying zarr-python array (metadata, attributes, CPU access)."""
+        return self._reader.array
+
+    # reading ---------------------------------------------------------------------------
+    def read(self, region: Any = None, out: Any = None, *, progress: bool = False) -> Any:
+        """Read ``region`` (numpy basic indexing; None = everything) into a new array or
+        into ``out`` (same shape and dtype, on this level's device). Returns numpy on the
+        CPU and cupy on the GPU."""
+        index = () if region is None else region
+        if not progress:
+            return self._reader.read(index, out)
+        from tqdm.auto import tqdm
+
+        with tqdm(desc=f"reading {self.image.name or 'level'} [{self.index}]", unit="chunk") as bar:
+            return self._reader.read(index, out, progress=bar)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._reader.read(index)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        data = self.read()
+        if not isinstance(data, np.ndarray):
+            data = data.get()
+        return data if dtype is None else data.astype(dtype, copy=False)
+
+    def to_dask(self, chunks: Any = None) -> Any:
+        """A lazy dask array over this level, one task per (multiple of the) storage chunk.
+
+        Blocks are numpy or cupy, as this level's device reads.
+        """
+        from .dask import level_to_dask
+
+        return level_to_dask(self, chunks)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        shards = f", shards={self.shards}" if self.shards else ""
+        return (
+            f"<Level {self.index} of '{self.image.path}': shape={self.shape}, chunks={self.chunks}"
+            f"{shards}, dtype={self.dtype}, codecs={list(self.codecs)}, "
+            f"{format_bytes(self.nbytes)}, device={self.device}>"
+        )
+
+
+class MultiscaleImage:
+    """An OME-NGFF multiscale image: levels, axes, physical transforms, channels, labels."""
+
+    def __init__(self, group: Any, path: str, backend: Backend, *, multiscale_index: int = 0):
+        self.group = group
+        self.path = path
+        self.backend = backend
+        block, version = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+        self.meta: ngff.MultiscaleMeta = ngff.parse_multiscales(block, version, path, multiscale_index)
+        self.levels: list[Level] = [
+            self._open_level(i, ds) for i, ds in enumerate(self.meta.datasets)
+        ]
+        self._check_levels()
+
+    def _open_level(self, i: int, ds: ngff.DatasetMeta) -> Level:
+        field = f"multiscales[0].datasets[{i}].path"
+        try:
+            array = self.group[ds.path]
+        except KeyError:
+            raise InvalidMetadataError(self.path, field, f"a zarr array at '{ds.path}'", "nothing") from None
+        if not hasattr(array, "dtype"):
+            raise InvalidMetadataError(self.path, field, f"a zarr array at '{ds.path}'", "a group")
+        if array.ndim != len(self.meta.axes):
+            raise InvalidMetadataError(
+                self.path, field,
+                f"a {len(self.meta.axes)}-D array (one dimension per axis "
+                f"{list(self.meta.axis_names)})", f"{array.ndim}-D array of shape {array.shape}",
+            )
+        reader = ChunkedArrayReader(array, self.backend, name=_join(self.path, ds.path))
+        return Level(reader, self, i, ds.path)
+
+    def _check_levels(self) -> None:
+        dtypes = {lv.dtype for lv in self.levels}
+        if len(dtypes) > 1:
+            warnings.warn(
+                f"{self.path}: pyramid levels have different dtypes "
+                f"{[str(lv.dtype) for lv in self.levels]}; NGFF expects one dtype",
+                MetadataWarning, stacklevel=3,
+            )
+
+    # metadata -------------------------------------------------------------------------
+    @property
+    def version(self) -> str:
+        return self.meta.version
+
+    @property
+    def name(self) -> str | None:
+        return self.meta.name
+
+    @property
+    def axes(self) -> tuple[ngff.Axis, ...]:
+        return self.meta.axes
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return self.meta.axis_names
+
+    @property
+    def channels(self) -> tuple[ngff.Channel, ...]:
+        return self.meta.channels
+
+    @property
+    def image_label(self) -> ngff.ImageLabelMeta | None:
+        """The ``image-label`` metadata when this image is a label image."""
+        return self.meta.image_label
+
+    @property
+    def device(self) -> str:
+        return self.backend.name
+
+    def scale(self, level: int = 0) -> tuple[float, ...]:
+        """Physical size of one voxel of ``level`` along each axis (multiscale-level
+        transforms composed in)."""
+        return self.meta.datasets[level].scale
+
+    def translation(self, level: int = 0) -> tuple[float, ...]:
+        return self.meta.datasets[level].translation
+
+    @cached_property
+    def labels(self) -> Labels:
+        return Labels(self)
+
+    # access ----------------------------------------------------------------------------
+    def __getitem__(self, level: int) -> Level:
+        return self.levels[level]
+
+    def __len__(self) -> int:
+        return len(self.levels)
+
+    def __iter__(self) -> Iterator[Level]:
+        return iter(self.levels)
+
+    def to_dask(self, level: int = 0, chunks: Any = None) -> Any:
+        return self.levels[level].to_dask(chunks)
+
+    def __repr__(self) -> str:
+        axes = ", ".join(
+            f"{a.name}[{a.type or '?'}{', ' + a.unit if a.unit else ''}]" for a in self.axes
+        )
+        lines = [
+            f"<MultiscaleImage '{self.path}' NGFF {self.version}, device={self.device}>",
+            f"  axes: {axes}",
+        ]
+        if self.channels:
+            lines.append("  channels: " + ", ".join(
+                f"{c.label or '?'} (#{c.color or '------'})" for c in self.channels))
+        rows = [("level", "shape", "chunks", "shards", "dtype", "codecs", "size", "scale")]
+        for lv in self.levels:
+            rows.append((
+                str(lv.index), str(lv.shape), str(lv.chunks), str(lv.shards or "-"),
+                str(lv.dtype), ", ".join(lv.codecs) or "raw", format_bytes(lv.nbytes),
+                "(" + ", ".join(f"{s:g}" for s in lv.scale) + ")",
+            ))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                  for r in rows]
+        return "\n".join(lines)
+
+
+class Labels(Mapping[str, MultiscaleImage]):
+    """The label images of an image (its ``labels`` group), opened on demand."""
+
+    def __init__(self, image: MultiscaleImage):
+        self._image = image
+        self._opened: dict[str, MultiscaleImage] = {}
+        self._group = None
+        self.names: tuple[str, ...] = ()
+        try:
+            group = image.group["labels"]
+        except KeyError:
+            return
+        block, _ = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+        where = _join(image.path, "labels")
+        self.names = ngff.parse_labels_group(block, where) if "labels" in block else ()
+        self._group = group
+
+    def __getitem__(self, name: str) -> MultiscaleImage:
+        if name not in self.names:
+            raise KeyError(f"no label image {name!r}; this image has {list(self.names)}")
+        if name not in self._opened:
+            where = _join(self._image.path, "labels", name)
+            try:
+                group = self._group[name]
+            except KeyError:
+                raise InvalidMetadataError(
+                    _join(self._image.path, "labels"), "labels", f"a label group at '{name}'",
+                    "nothing") from None
+            label = MultiscaleImage(group, where, self._image.backend)
+            if label.image_label is None:
+                warnings.warn(f"{where}: label image has no 'image-label' metadata",
+                              MetadataWarning, stacklevel=2)
+            self._opened[name] = label
+        return self._opened[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __repr__(self) -> str:
+        return f"<Labels of '{self._image.path}': {list(self.names)}>"
+
+
+class Well:
+    """One well of a plate: its fields of view, each a multiscale image."""
+
+    def __init__(self, group: Any, path: str, backend: Backend):
+        self.group, self.path, self.backend = group, path, backend
+        block, version = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+        self.meta = ngff.parse_well(block, version, path)
+
+    @property
+    def fields(self) -> tuple[ngff.FieldRef, ...]:
+        return self.meta.images
+
+    def image(self, field: int = 0) -> MultiscaleImage:
+        ref = self.meta.images[field]
+        return MultiscaleImage(self.group[ref.path], _join(self.path, ref.path), self.backend)
+
+    def __getitem__(self, field: int) -> MultiscaleImage:
+        return self.image(field)
+
+    def __len__(self) -> int:
+        return len(self.meta.images)
+
+    def __repr__(self) -> str:
+        return f"<Well '{self.path}': {len(self)} field(s)>"
+
+
+class Plate:
+    """An HCS plate: rows, columns, wells; ``plate["A/1"]`` or ``plate.well("A", "1")``."""
+
+    def __init__(self, group: Any, path: str, backend: Backend):
+        self.group, self.path, self.backend = group, path, backend
+        block, version = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+        self.meta = ngff.parse_plate(block, version, path)
+
+    @property
+    def name(self) -> str | None:
+        return self.meta.name
+
+    @property
+    def rows(self) -> tuple[str, ...]:
+        return self.meta.rows
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.meta.columns
+
+    @property
+    def wells(self) -> tuple[ngff.WellRef, ...]:
+        return self.meta.wells
+
+    def well(self, row: str, column: str) -> Well:
+        return self[f"{row}/{column}"]
+
+    def image(self, row: str, column: str, field: int = 0) -> MultiscaleImage:
+        return self.well(row, column).image(field)
+
+    def __getitem__(self, path: str) -> Well:
+        if path not in {w.path for w in self.meta.wells}:
+            raise KeyError(f"plate '{self.path}' has no well {path!r}")
+        try:
+            group = self.group[path]
+        except KeyError:
+            raise InvalidMetadataError(self.path, "plate.wells", f"a well group at '{path}'",
+                                       "nothing") from None
+        return Well(group, _join(self.path, path), self.backend)
+
+    def __repr__(self) -> str:
+        return (f"<Plate '{self.path}' {self.name or ''}: {len(self.rows)} rows x "
+                f"{len(self.columns)} columns, {len(self.wells)} wells>")
+
+
+class SeriesCollection:
+    """A bioformats2raw.layout root: the images ``0``, ``1``, ... it holds."""
+
+    def __init__(self, group: Any, path: str, backend: Backend):
+        self.group, self.path, self.backend = group, path, backend
+        block, _ = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+        ngff.parse_bioformats2raw(block, path)
+        self.series_paths = self._series_paths()
+
+    def _series_paths(self) -> list[str]:
+        try:
+            ome = self.group["OME"]
+            listed = dict(ome.attrs).get("series")
+            if isinstance(listed, list) and listed:
+                return [str(s) for s in listed]
+        except KeyError:
+            pass
+        paths = []
+        i = 0
+        while True:
+            try:
+                self.group[str(i)]
+            except KeyError:
+                break
+            paths.append(str(i))
+            i += 1
+        return paths
+
+    def __len__(self) -> int:
+        return len(self.series_paths)
+
+    def __getitem__(self, i: int) -> MultiscaleImage:
+        p = self.series_paths[i]
+        return MultiscaleImage(self.group[p], _join(self.path, p), self.backend)
+
+    def __repr__(self) -> str:
+        return f"<SeriesCollection '{self.path}' (bioformats2raw): {len(self)} series>"
+
+
+def open_ome_zarr(path: Any, device: Any = "cpu", *, mode: str = "r") -> Any:
+    """Open an OME-Zarr store: a :class:`MultiscaleImage`, :class:`Plate`, :class:`Well` or
+    :class:`SeriesCollection` (bioformats2raw), by what the root holds.
+
+    ``device``: "cpu" (numpy), "gpu" / "cuda:N" / N (cupy), or "auto" (GPU when usable,
+    else CPU with a warning). Only metadata is read here; pixels are read on indexing.
+    """
+    backend = resolve_backend(device)
+    group, where = _open_group(path, mode)
+    block, _ = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+    kind = ngff.require_ome(block, where)
+    if kind == "plate":
+        return Plate(group, where, backend)
+    if kind == "well":
+        return Well(group, where, backend)
+    if kind == "bioformats2raw" and "multiscales" not in block:
+        return SeriesCollection(group, where, backend)
+    if kind == "labels":
+        raise NotOmeZarrError(where, "multiscales", "an image (this is a 'labels' group: open "
+                              "its parent image and use image.labels[name])")
+    return MultiscaleImage(group, where, backend)
+
+
+def _open_group(path: Any, mode: str) -> tuple[Any, str]:
+    import zarr
+
+    if isinstance(path, str | os.PathLike) and "://" not in os.fspath(path):
+        where = os.path.abspath(os.fspath(path))
+        if not os.path.exists(where):
+            raise StoreNotFoundError(f"no such file or directory: '{where}'")
+        store: Any = zarr.storage.LocalStore(where, read_only=(mode == "r"))
+    else:
+        store, where = path, str(path)
+    try:
+        group = zarr.open_group(store=store, mode=mode)
+    except (FileNotFoundError, KeyError) as exc:
+        raise StoreNotFoundError(f"'{where}' holds no zarr group: {exc}") from None
+    except ValueError as exc:
+        raise NotOmeZarrError(where, "zarr.json / .zgroup", "zarr group metadata", str(exc)) from None
+    return group, where
+
+
+def _join(*parts: str) -> str:
+    return "/".join(p.rstrip("/") for p in parts if p)
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
