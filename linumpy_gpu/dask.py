@@ -23,8 +23,13 @@ def level_to_dask(level: Level, chunks: Any = None) -> Any:
     meta = xp.empty((0,) * level.ndim, dtype=level.dtype)
     name = f"linumpy-{level.image.path}-{level.path}-{level.device}"
     return da.from_array(
-        _BlockReader(level), chunks=chunks, name=name, meta=meta,
-        asarray=False, fancy=False, lock=False,
+        _BlockReader(level),
+        chunks=chunks,
+        name=name,
+        meta=meta,
+        asarray=False,
+        fancy=False,
+        lock=False,
     )
 
 

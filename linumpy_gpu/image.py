@@ -137,7 +137,9 @@ class MultiscaleImage:
         self.path = path
         self.backend = backend
         block, version = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
-        self.meta: ngff.MultiscaleMeta = ngff.parse_multiscales(block, version, path, multiscale_index)
+        self.meta: ngff.MultiscaleMeta = ngff.parse_multiscales(
+            block, version, path, multiscale_index
+        )
         self.levels: list[Level] = [
             self._open_level(i, ds) for i, ds in enumerate(self.meta.datasets)
         ]
@@ -148,14 +150,18 @@ class MultiscaleImage:
         try:
             array = self.group[ds.path]
         except KeyError:
-            raise InvalidMetadataError(self.path, field, f"a zarr array at '{ds.path}'", "nothing") from None
+            raise InvalidMetadataError(
+                self.path, field, f"a zarr array at '{ds.path}'", "nothing"
+            ) from None
         if not hasattr(array, "dtype"):
             raise InvalidMetadataError(self.path, field, f"a zarr array at '{ds.path}'", "a group")
         if array.ndim != len(self.meta.axes):
             raise InvalidMetadataError(
-                self.path, field,
+                self.path,
+                field,
                 f"a {len(self.meta.axes)}-D array (one dimension per axis "
-                f"{list(self.meta.axis_names)})", f"{array.ndim}-D array of shape {array.shape}",
+                f"{list(self.meta.axis_names)})",
+                f"{array.ndim}-D array of shape {array.shape}",
             )
         reader = ChunkedArrayReader(array, self.backend, name=_join(self.path, ds.path))
         return Level(reader, self, i, ds.path)
@@ -166,7 +172,8 @@ class MultiscaleImage:
             warnings.warn(
                 f"{self.path}: pyramid levels have different dtypes "
                 f"{[str(lv.dtype) for lv in self.levels]}; NGFF expects one dtype",
-                MetadataWarning, stacklevel=3,
+                MetadataWarning,
+                stacklevel=3,
             )
 
     # metadata -------------------------------------------------------------------------
@@ -233,18 +240,29 @@ class MultiscaleImage:
             f"  axes: {axes}",
         ]
         if self.channels:
-            lines.append("  channels: " + ", ".join(
-                f"{c.label or '?'} (#{c.color or '------'})" for c in self.channels))
+            lines.append(
+                "  channels: "
+                + ", ".join(f"{c.label or '?'} (#{c.color or '------'})" for c in self.channels)
+            )
         rows = [("level", "shape", "chunks", "shards", "dtype", "codecs", "size", "scale")]
         for lv in self.levels:
-            rows.append((
-                str(lv.index), str(lv.shape), str(lv.chunks), str(lv.shards or "-"),
-                str(lv.dtype), ", ".join(lv.codecs) or "raw", format_bytes(lv.nbytes),
-                "(" + ", ".join(f"{s:g}" for s in lv.scale) + ")",
-            ))
+            rows.append(
+                (
+                    str(lv.index),
+                    str(lv.shape),
+                    str(lv.chunks),
+                    str(lv.shards or "-"),
+                    str(lv.dtype),
+                    ", ".join(lv.codecs) or "raw",
+                    format_bytes(lv.nbytes),
+                    "(" + ", ".join(f"{s:g}" for s in lv.scale) + ")",
+                )
+            )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                  for r in rows]
+        lines += [
+            "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in rows
+        ]
         return "\n".join(lines)
 
 
@@ -274,12 +292,18 @@ class Labels(Mapping[str, MultiscaleImage]):
                 group = self._group[name]
             except KeyError:
                 raise InvalidMetadataError(
-                    _join(self._image.path, "labels"), "labels", f"a label group at '{name}'",
-                    "nothing") from None
+                    _join(self._image.path, "labels"),
+                    "labels",
+                    f"a label group at '{name}'",
+                    "nothing",
+                ) from None
             label = MultiscaleImage(group, where, self._image.backend)
             if label.image_label is None:
-                warnings.warn(f"{where}: label image has no 'image-label' metadata",
-                              MetadataWarning, stacklevel=2)
+                warnings.warn(
+                    f"{where}: label image has no 'image-label' metadata",
+                    MetadataWarning,
+                    stacklevel=2,
+                )
             self._opened[name] = label
         return self._opened[name]
 
@@ -355,13 +379,16 @@ class Plate:
         try:
             group = self.group[path]
         except KeyError:
-            raise InvalidMetadataError(self.path, "plate.wells", f"a well group at '{path}'",
-                                       "nothing") from None
+            raise InvalidMetadataError(
+                self.path, "plate.wells", f"a well group at '{path}'", "nothing"
+            ) from None
         return Well(group, _join(self.path, path), self.backend)
 
     def __repr__(self) -> str:
-        return (f"<Plate '{self.path}' {self.name or ''}: {len(self.rows)} rows x "
-                f"{len(self.columns)} columns, {len(self.wells)} wells>")
+        return (
+            f"<Plate '{self.path}' {self.name or ''}: {len(self.rows)} rows x "
+            f"{len(self.columns)} columns, {len(self.wells)} wells>"
+        )
 
 
 class SeriesCollection:
@@ -421,8 +448,11 @@ def open_ome_zarr(path: Any, device: Any = "cpu", *, mode: str = "r") -> Any:
     if kind == "bioformats2raw" and "multiscales" not in block:
         return SeriesCollection(group, where, backend)
     if kind == "labels":
-        raise NotOmeZarrError(where, "multiscales", "an image (this is a 'labels' group: open "
-                              "its parent image and use image.labels[name])")
+        raise NotOmeZarrError(
+            where,
+            "multiscales",
+            "an image (this is a 'labels' group: open its parent image and use image.labels[name])",
+        )
     return MultiscaleImage(group, where, backend)
 
 
@@ -441,7 +471,9 @@ def _open_group(path: Any, mode: str) -> tuple[Any, str]:
     except (FileNotFoundError, KeyError) as exc:
         raise StoreNotFoundError(f"'{where}' holds no zarr group: {exc}") from None
     except ValueError as exc:
-        raise NotOmeZarrError(where, "zarr.json / .zgroup", "zarr group metadata", str(exc)) from None
+        raise NotOmeZarrError(
+            where, "zarr.json / .zgroup", "zarr group metadata", str(exc)
+        ) from None
     return group, where
 
 

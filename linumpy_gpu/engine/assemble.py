@@ -21,7 +21,9 @@ def chunk_array(raw: Any, fmt: ChunkFormat, dtype: np.dtype) -> Any:
     return arr.reshape(fmt.shape, order=fmt.order)
 
 
-def place(out: Any, out_region: tuple[slice, ...], chunk: Any, chunk_region: tuple[slice, ...]) -> None:
+def place(
+    out: Any, out_region: tuple[slice, ...], chunk: Any, chunk_region: tuple[slice, ...]
+) -> None:
     out[out_region] = chunk[chunk_region]
 
 

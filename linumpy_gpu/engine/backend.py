@@ -67,7 +67,9 @@ class CpuBackend(Backend):
     def pool(cls) -> ThreadPoolExecutor:
         with cls._pool_lock:
             if cls._pool is None:
-                cls._pool = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="linumpy-decode")
+                cls._pool = ThreadPoolExecutor(
+                    os.cpu_count() or 2, thread_name_prefix="linumpy-decode"
+                )
             return cls._pool
 
     def empty(self, shape, dtype):

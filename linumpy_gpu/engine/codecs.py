@@ -65,7 +65,8 @@ def from_v3_codec(codec: Any) -> ByteCodec | None:
     cls = type(codec).__name__
     if cls == "ZstdCodec":
         return ByteCodec(
-            "zstd", {"level": codec.level, "checksum": codec.checksum},
+            "zstd",
+            {"level": codec.level, "checksum": codec.checksum},
             numcodecs.Zstd(level=codec.level),
         )
     if cls == "GzipCodec":
@@ -87,9 +88,11 @@ def from_numcodecs(codec: Any) -> ByteCodec:
     config = codec.get_config()
     if cid == "blosc":
         config = {
-            "cname": config.get("cname"), "clevel": config.get("clevel"),
+            "cname": config.get("cname"),
+            "clevel": config.get("clevel"),
             "shuffle": {0: "noshuffle", 1: "shuffle", 2: "bitshuffle", -1: "auto"}.get(
-                config.get("shuffle"), config.get("shuffle")),
+                config.get("shuffle"), config.get("shuffle")
+            ),
         }
     return ByteCodec(cid, config, codec)
 

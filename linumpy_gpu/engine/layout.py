@@ -88,17 +88,28 @@ def layout_of(array: Any, name: str) -> ArrayLayout:
     fill = array.fill_value
     if fill is None:
         fill = np.zeros((), dtype=native)[()]
-    common = {"name": name, "shape": shape, "dtype": native, "fill_value": fill,
-              "zarr_format": meta.zarr_format, "metadata": meta}
+    common = {
+        "name": name,
+        "shape": shape,
+        "dtype": native,
+        "fill_value": fill,
+        "zarr_format": meta.zarr_format,
+        "metadata": meta,
+    }
     # The stored grid: for sharded arrays the shard shape (zarr's ``array.chunks`` is inner).
     grid = meta.chunks if meta.zarr_format == 2 else meta.chunk_grid.chunk_shape
     chunk_shape = tuple(int(c) for c in grid)
 
     def delegate(reason: str) -> ArrayLayout:
         shards = getattr(array, "shards", None)
-        return ArrayLayout(chunk_shape=tuple(int(c) for c in array.chunks),
-                           shard_shape=tuple(shards) if shards else None,
-                           chunk=None, shard_index=None, delegate_reason=reason, **common)
+        return ArrayLayout(
+            chunk_shape=tuple(int(c) for c in array.chunks),
+            shard_shape=tuple(shards) if shards else None,
+            chunk=None,
+            shard_index=None,
+            delegate_reason=reason,
+            **common,
+        )
 
     if dtype.kind not in "biufc?" or dtype.fields is not None:
         return delegate(f"dtype {dtype} is read by zarr-python")
@@ -106,10 +117,17 @@ def layout_of(array: Any, name: str) -> ArrayLayout:
         if meta.filters:
             return delegate("zarr v2 filters are applied by zarr-python")
         codecs = () if meta.compressor is None else (from_numcodecs(meta.compressor),)
-        chunk = ChunkFormat(chunk_shape, np.dtype(meta.dtype.to_native_dtype()), meta.order,
-                            None, codecs)
-        return ArrayLayout(chunk_shape=chunk_shape, shard_shape=None, chunk=chunk,
-                           shard_index=None, delegate_reason=None, **common)
+        chunk = ChunkFormat(
+            chunk_shape, np.dtype(meta.dtype.to_native_dtype()), meta.order, None, codecs
+        )
+        return ArrayLayout(
+            chunk_shape=chunk_shape,
+            shard_shape=None,
+            chunk=chunk,
+            shard_index=None,
+            delegate_reason=None,
+            **common,
+        )
 
     parsed = _parse_v3_chain(meta.codecs, chunk_shape, dtype)
     if isinstance(parsed, str):
@@ -127,13 +145,25 @@ def layout_of(array: Any, name: str) -> ArrayLayout:
         if isinstance(index, str):
             return delegate(index)
         chunk = ChunkFormat(inner_shape, _with_endian(dtype, inner[1]), "C", inner[0], inner[2])
-        return ArrayLayout(chunk_shape=inner_shape, shard_shape=shard_shape, chunk=chunk,
-                           shard_index=index, delegate_reason=None, **common)
+        return ArrayLayout(
+            chunk_shape=inner_shape,
+            shard_shape=shard_shape,
+            chunk=chunk,
+            shard_index=index,
+            delegate_reason=None,
+            **common,
+        )
     if type(array_bytes).__name__ != "BytesCodec":
         return delegate(f"array-to-bytes codec {type(array_bytes).__name__}")
     chunk = ChunkFormat(chunk_shape, _with_endian(dtype, array_bytes), "C", transpose, byte_codecs)
-    return ArrayLayout(chunk_shape=chunk_shape, shard_shape=None, chunk=chunk, shard_index=None,
-                       delegate_reason=None, **common)
+    return ArrayLayout(
+        chunk_shape=chunk_shape,
+        shard_shape=None,
+        chunk=chunk,
+        shard_index=None,
+        delegate_reason=None,
+        **common,
+    )
 
 
 def _parse_v3_chain(codecs: Any, shape: tuple[int, ...], dtype: np.dtype):

@@ -50,8 +50,7 @@ def plan_chunks(
 ) -> Iterator[ChunkTask]:
     """Every chunk the selection touches, in C order of the chunk grid."""
     per_axis = [
-        axis_spans(sel, c, n)
-        for sel, c, n in zip(selection.axes, chunk_shape, shape, strict=True)
+        axis_spans(sel, c, n) for sel, c, n in zip(selection.axes, chunk_shape, shape, strict=True)
     ]
     for combo in itertools.product(*per_axis):
         yield ChunkTask(

@@ -108,15 +108,15 @@ class ChunkedArrayReader:
             keys = [self._prefix + layout.storage_key(t.coords) for t in tasks]
             return _Fetched(tasks, keys, self.source.fetch([ByteRequest(k) for k in keys]))
         fmt = layout.shard_index
-        shard_keys = [
-            self._prefix + layout.storage_key(shard_coords(t.coords, fmt)) for t in tasks
-        ]
+        shard_keys = [self._prefix + layout.storage_key(shard_coords(t.coords, fmt)) for t in tasks]
         indexes = self._shard_indexes(sorted(set(shard_keys)))
         requests: list[ByteRequest] = []
         slots: list[int | None] = []
         keys = []
         for t, shard_key in zip(tasks, shard_keys, strict=True):
-            keys.append(f"{shard_key} (inner chunk {tuple(c % n for c, n in zip(t.coords, fmt.inner_per_shard, strict=True))})")
+            keys.append(
+                f"{shard_key} (inner chunk {tuple(c % n for c, n in zip(t.coords, fmt.inner_per_shard, strict=True))})"
+            )
             entry = inner_entry(indexes[shard_key], t.coords, fmt)
             if entry is None:
                 slots.append(None)
@@ -169,7 +169,12 @@ class ChunkedArrayReader:
         )
         for i, raw in zip(present, decoded, strict=True):
             task = fetched.tasks[i]
-            place(work, task.out_region, chunk_array(raw, layout.chunk, layout.dtype), task.chunk_region)
+            place(
+                work,
+                task.out_region,
+                chunk_array(raw, layout.chunk, layout.dtype),
+                task.chunk_region,
+            )
         for i, d in enumerate(fetched.data):
             if d is None:
                 fill(work, fetched.tasks[i].out_region, layout.fill_value)

@@ -89,7 +89,9 @@ def normalize_selection(index: Any, shape: tuple[int, ...]) -> Selection:
         index = index[:at] + (slice(None),) * (len(shape) - explicit) + index[at + 1 :]
     else:
         index = index + (slice(None),) * (len(shape) - explicit)
-    return Selection(tuple(_axis(i, n, axis) for axis, (i, n) in enumerate(zip(index, shape, strict=True))))
+    return Selection(
+        tuple(_axis(i, n, axis) for axis, (i, n) in enumerate(zip(index, shape, strict=True)))
+    )
 
 
 def _axis(item: Any, size: int, axis: int) -> AxisSelection:

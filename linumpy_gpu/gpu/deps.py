@@ -39,6 +39,4 @@ def missing_pieces() -> tuple[str, ...]:
 def require_gpu() -> None:
     missing = missing_pieces()
     if missing:
-        raise GpuUnavailableError(
-            "the GPU path needs " + "; ".join(missing) + ". " + INSTALL_HINT
-        )
+        raise GpuUnavailableError("the GPU path needs " + "; ".join(missing) + ". " + INSTALL_HINT)

@@ -141,7 +141,10 @@ def parse_multiscales(
     ndim = len(axes) if axes is not None else None
 
     global_scale, global_translation = _parse_transforms(
-        ms.get("coordinateTransformations"), ndim, where, f"{prefix}.coordinateTransformations",
+        ms.get("coordinateTransformations"),
+        ndim,
+        where,
+        f"{prefix}.coordinateTransformations",
         required=False,
     )
     datasets = []
@@ -151,14 +154,19 @@ def parse_multiscales(
             raise InvalidMetadataError(where, f"{field}.path", "a non-empty string", ds)
         needs_transform = version in ("0.4", "0.5")
         scale, translation = _parse_transforms(
-            ds.get("coordinateTransformations"), ndim, where,
-            f"{field}.coordinateTransformations", required=needs_transform,
+            ds.get("coordinateTransformations"),
+            ndim,
+            where,
+            f"{field}.coordinateTransformations",
+            required=needs_transform,
         )
         datasets.append((ds["path"], scale, translation))
 
     if axes is None:  # 0.1 / 0.2: implicit 5-D axes
-        axes = tuple(Axis(n, "channel" if n == "c" else "time" if n == "t" else "space")
-                     for n in IMPLICIT_AXES)
+        axes = tuple(
+            Axis(n, "channel" if n == "c" else "time" if n == "t" else "space")
+            for n in IMPLICIT_AXES
+        )
     ndim = len(axes)
     composed = []
     for path, scale, translation in datasets:
@@ -212,7 +220,9 @@ def parse_omero(omero: Any, where: str) -> tuple[Channel, ...]:
             Channel(
                 label=_as_str(ch.get("label")),
                 color=color.upper() if isinstance(color, str) else None,
-                window={k: float(v) for k, v in window.items() if _is_number(v)} if window else None,
+                window={k: float(v) for k, v in window.items() if _is_number(v)}
+                if window
+                else None,
                 active=ch.get("active"),
             )
         )
@@ -227,13 +237,14 @@ def parse_image_label(block: Any, version: str | None, where: str) -> ImageLabel
     colors = []
     for i, c in enumerate(block.get("colors") or []):
         if not isinstance(c, Mapping) or not _is_number(c.get("label-value")):
-            raise InvalidMetadataError(
-                where, f"image-label.colors[{i}].label-value", "a number", c
-            )
+            raise InvalidMetadataError(where, f"image-label.colors[{i}].label-value", "a number", c)
         rgba = c.get("rgba")
         if rgba is not None:
-            if not (isinstance(rgba, list) and len(rgba) == 4
-                    and all(isinstance(v, int) and 0 <= v <= 255 for v in rgba)):
+            if not (
+                isinstance(rgba, list)
+                and len(rgba) == 4
+                and all(isinstance(v, int) and 0 <= v <= 255 for v in rgba)
+            ):
                 raise InvalidMetadataError(
                     where, f"image-label.colors[{i}].rgba", "four integers in 0..255", rgba
                 )
@@ -241,12 +252,16 @@ def parse_image_label(block: Any, version: str | None, where: str) -> ImageLabel
         colors.append(LabelColor(c["label-value"], rgba))
     values = [c.label_value for c in colors]
     if len(set(values)) != len(values):
-        raise InvalidMetadataError(where, "image-label.colors", "unique label-value entries", values)
+        raise InvalidMetadataError(
+            where, "image-label.colors", "unique label-value entries", values
+        )
     source = block.get("source")
     return ImageLabelMeta(
         version=_as_str(block.get("version")) or version,
         colors=tuple(colors),
-        properties=tuple(dict(p) for p in (block.get("properties") or []) if isinstance(p, Mapping)),
+        properties=tuple(
+            dict(p) for p in (block.get("properties") or []) if isinstance(p, Mapping)
+        ),
         source_image=_as_str(source.get("image")) if isinstance(source, Mapping) else None,
     )
 
@@ -279,7 +294,9 @@ def parse_plate(block: Mapping[str, Any], version: str | None, where: str) -> Pl
         row_name, col_name = parts
         if row_name not in rows or col_name not in columns:
             raise InvalidMetadataError(
-                where, f"{field}.path", "a row and column declared in plate.rows/columns",
+                where,
+                f"{field}.path",
+                "a row and column declared in plate.rows/columns",
                 w["path"],
             )
         row_index = rows.index(row_name)
@@ -289,7 +306,8 @@ def parse_plate(block: Mapping[str, Any], version: str | None, where: str) -> Pl
             warnings.warn(
                 f"{where}: {field} has rowIndex/columnIndex {declared} but its path "
                 f"'{w['path']}' is row {row_index}, column {col_index}; using the path",
-                MetadataWarning, stacklevel=2,
+                MetadataWarning,
+                stacklevel=2,
             )
         wells.append(WellRef(w["path"], row_name, col_name, row_index, col_index))
     acquisitions = tuple(
@@ -336,7 +354,8 @@ def require_ome(block: Mapping[str, Any], where: str) -> str:
     kind = kind_of(block)
     if kind is None:
         raise NotOmeZarrError(
-            where, "multiscales",
+            where,
+            "multiscales",
             "OME-NGFF attributes (multiscales, plate, well or bioformats2raw.layout)",
             sorted(block) or "no attributes",
         )
@@ -363,11 +382,15 @@ def _parse_axes(raw: Any, version: str, where: str, field: str) -> tuple[Axis, .
         unit = a.get("unit")
         axis = Axis(a["name"], _as_str(a.get("type")), _as_str(unit))
         if unit is not None:
-            known = SPACE_UNITS if axis.type == "space" else TIME_UNITS if axis.type == "time" else None
+            known = (
+                SPACE_UNITS if axis.type == "space" else TIME_UNITS if axis.type == "time" else None
+            )
             if known is not None and unit not in known:
                 warnings.warn(
                     f"{where}: {field}[{i}].unit {unit!r} is not a UDUNITS-2 {axis.type} unit "
-                    "that NGFF recommends", MetadataWarning, stacklevel=3,
+                    "that NGFF recommends",
+                    MetadataWarning,
+                    stacklevel=3,
                 )
         axes.append(axis)
     names = [a.name for a in axes]
@@ -391,12 +414,16 @@ def _parse_transforms(
         if kind == "identity":
             continue
         if kind not in ("scale", "translation"):
-            raise InvalidMetadataError(where, f"{field}[{i}].type", "'scale' or 'translation'", kind)
+            raise InvalidMetadataError(
+                where, f"{field}[{i}].type", "'scale' or 'translation'", kind
+            )
         if kind not in t:
             if "path" in t:
                 raise InvalidMetadataError(
-                    where, f"{field}[{i}]", f"an inline '{kind}' (binary 'path' transforms are "
-                    "not supported)", t["path"],
+                    where,
+                    f"{field}[{i}]",
+                    f"an inline '{kind}' (binary 'path' transforms are not supported)",
+                    t["path"],
                 )
             raise InvalidMetadataError(where, f"{field}[{i}].{kind}", "a list of numbers")
         values = t[kind]
@@ -409,7 +436,10 @@ def _parse_transforms(
         if kind == "scale":
             if scale is not None or translation is not None:
                 raise InvalidMetadataError(
-                    where, field, "one scale, then at most one translation", [x.get("type") for x in raw]
+                    where,
+                    field,
+                    "one scale, then at most one translation",
+                    [x.get("type") for x in raw],
                 )
             if any(v <= 0 for v in values):
                 raise InvalidMetadataError(where, f"{field}[{i}].scale", "positive values", values)
@@ -417,7 +447,10 @@ def _parse_transforms(
         else:
             if translation is not None or scale is None:
                 raise InvalidMetadataError(
-                    where, field, "one scale, then at most one translation", [x.get("type") for x in raw]
+                    where,
+                    field,
+                    "one scale, then at most one translation",
+                    [x.get("type") for x in raw],
                 )
             translation = tuple(float(v) for v in values)
     if required and scale is None:
@@ -431,7 +464,8 @@ def _check_scales_grow(datasets: Sequence[DatasetMeta], where: str, prefix: str)
         if any(c < p for c, p in zip(cur, prev, strict=False)):
             warnings.warn(
                 f"{where}: {prefix}.datasets[{i}] has a finer scale than level {i - 1}; "
-                "NGFF orders levels from highest to lowest resolution", MetadataWarning,
+                "NGFF orders levels from highest to lowest resolution",
+                MetadataWarning,
                 stacklevel=3,
             )
 

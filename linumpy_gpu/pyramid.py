@@ -1,0 +1,116 @@
+"""Downsampling for pyramids, written once for numpy and cupy (``xp``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+METHODS = ("mean", "nearest", "mode", "gaussian")
+
+
+def array_module(a: Any) -> Any:
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+
+    return cupy
+
+
+def downsample(a: Any, factors: Sequence[int], method: str = "mean") -> Any:
+    """Reduce ``a`` by integer ``factors`` per axis. Partial edge blocks are reduced over
+    the elements they have (no padding), so the shape is ``ceil(n / f)`` per axis."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    xp = array_module(a)
+    if method == "nearest":
+        return a[tuple(slice(None, None, f) for f in factors)].copy()
+    if method == "mode":
+        return _mode(a, factors, xp)
+    work_dtype = _float_for(a.dtype)
+    out = a.astype(work_dtype, copy=False)
+    if method == "gaussian":
+        out = _gaussian(out, factors, xp)
+        return _cast_back(out[tuple(slice(None, None, f) for f in factors)], a.dtype, xp)
+    for axis, f in enumerate(factors):
+        if f > 1:
+            out = _mean_axis(out, axis, f, xp)
+    return _cast_back(out, a.dtype, xp)
+
+
+def _mean_axis(a: Any, axis: int, f: int, xp: Any) -> Any:
+    n = a.shape[axis]
+    full = (n // f) * f
+    parts = []
+    if full:
+        head = xp.moveaxis(a, axis, -1)[..., :full]
+        head = head.reshape(head.shape[:-1] + (full // f, f)).mean(axis=-1)
+        parts.append(xp.moveaxis(head, -1, axis))
+    if full < n:
+        tail = xp.moveaxis(a, axis, -1)[..., full:].mean(axis=-1, keepdims=True)
+        parts.append(xp.moveaxis(tail, -1, axis))
+    return parts[0] if len(parts) == 1 else xp.concatenate(parts, axis=axis)
+
+
+def _mode(a: Any, factors: Sequence[int], xp: Any) -> Any:
+    """Most frequent value per block (ties: the smallest), for label images."""
+    out_shape = tuple(-(-n // f) for n, f in zip(a.shape, factors, strict=True))
+    # Gather every offset within the block (edge blocks repeat their last element).
+    candidates = []
+    for offset in np.ndindex(*factors):
+        index = tuple(
+            xp.minimum(xp.arange(m) * f + o, n - 1)
+            for m, f, o, n in zip(out_shape, factors, offset, a.shape, strict=True)
+        )
+        candidates.append(a[xp.ix_(*index)])
+    stack = xp.stack(candidates)  # (k, *out_shape)
+    stack = xp.sort(stack, axis=0)
+    k = stack.shape[0]
+    counts = xp.zeros(stack.shape, dtype=np.int32)
+    for i in range(k):
+        counts += (stack == stack[i : i + 1]).astype(np.int32)
+    best = xp.argmax(counts, axis=0)  # first maximum = smallest value among ties
+    return xp.take_along_axis(stack, best[None], axis=0)[0]
+
+
+def _gaussian(a: Any, factors: Sequence[int], xp: Any) -> Any:
+    if xp is np:
+        from scipy import ndimage
+    else:
+        from cupyx.scipy import ndimage
+    sigma = [max(0.0, (f - 1) / 2.0) for f in factors]
+    return ndimage.gaussian_filter(a, sigma=sigma, mode="nearest")
+
+
+def _float_for(dtype: np.dtype) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return dtype
+    if dtype.kind in "iub" and dtype.itemsize <= 2:
+        return np.dtype(np.float32)
+    return np.dtype(np.float64)
+
+
+def _cast_back(a: Any, dtype: np.dtype, xp: Any) -> Any:
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iub":
+        a = xp.rint(a)
+        info = np.iinfo(dtype) if dtype.kind != "b" else None
+        if info is not None:
+            a = xp.clip(a, info.min, info.max)
+    return a.astype(dtype, copy=False)
+
+
+def pyramid_factors(
+    shape: Sequence[int], axis_types: Sequence[str | None], levels: int
+) -> list[tuple[int, ...]]:
+    """Per-level factors relative to the previous level: 2 on spatial axes (only while the
+    axis is longer than 1), 1 on channel and time axes."""
+    out = []
+    current = list(shape)
+    for _ in range(levels - 1):
+        f = tuple(2 if t == "space" and n > 1 else 1 for n, t in zip(current, axis_types, strict=True))
+        out.append(f)
+        current = [-(-n // k) for n, k in zip(current, f, strict=True)]
+    return out
