@@ -73,9 +73,13 @@ def _demo(out: str | None, device: str) -> int:
             if not same:
                 return 1
         tile = img[0][10:42, 100:164, ::2]
-        print(f"a strided tile img[0][10:42, 100:164, ::2] -> shape {tile.shape}, mean {float(tile.mean()):.1f}")
-        print(f"physical voxel size of level 0: {dict(zip(img.axis_names, img.scale(0), strict=True))} "
-              f"({img.axes[0].unit}), origin {img.translation(0)}")
+        print(
+            f"a strided tile img[0][10:42, 100:164, ::2] -> shape {tile.shape}, mean {float(tile.mean()):.1f}"
+        )
+        print(
+            f"physical voxel size of level 0: {dict(zip(img.axis_names, img.scale(0), strict=True))} "
+            f"({img.axes[0].unit}), origin {img.translation(0)}"
+        )
     return 0
 
 
@@ -97,8 +101,10 @@ def _info() -> int:
     import numpy
     import zarr
 
-    print(f"linumpy-gpu {__version__}; zarr {zarr.__version__}; numpy {numpy.__version__}; "
-          f"python {sys.version.split()[0]}")
+    print(
+        f"linumpy-gpu {__version__}; zarr {zarr.__version__}; numpy {numpy.__version__}; "
+        f"python {sys.version.split()[0]}"
+    )
     from .gpu.deps import missing_pieces
 
     missing = missing_pieces()

@@ -110,7 +110,9 @@ def pyramid_factors(
     out = []
     current = list(shape)
     for _ in range(levels - 1):
-        f = tuple(2 if t == "space" and n > 1 else 1 for n, t in zip(current, axis_types, strict=True))
+        f = tuple(
+            2 if t == "space" and n > 1 else 1 for n, t in zip(current, axis_types, strict=True)
+        )
         out.append(f)
         current = [-(-n // k) for n, k in zip(current, f, strict=True)]
     return out

@@ -15,7 +15,7 @@ from .ngff import build
 from .ngff.model import Channel
 from .pyramid import METHODS, array_module, downsample, pyramid_factors
 
-SUPPORTED_DTYPES = frozenset("b1 i1 i2 i4 i8 u1 u2 u4 u8 f4 f8".split())
+SUPPORTED_DTYPES = frozenset(["b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8"])
 
 
 class WriteError(LinumpyGpuError, ValueError):
@@ -53,8 +53,22 @@ def write_ome_zarr(
     factors relative to the previous level. Every argument is checked before the first
     byte is written.
     """
-    plan = _plan(path, data, axes, units, scale, translation, channels, version, chunks, shards,
-                 compressor, levels, method, overwrite)
+    plan = _plan(
+        path,
+        data,
+        axes,
+        units,
+        scale,
+        translation,
+        channels,
+        version,
+        chunks,
+        shards,
+        compressor,
+        levels,
+        method,
+        overwrite,
+    )
     import zarr
 
     target = os.path.abspath(os.fspath(path))
@@ -71,7 +85,10 @@ def write_ome_zarr(
             factors = plan["factors"][i - 1]
             current = downsample(current, factors, method)
             # Level i's voxel centre sits half a (new) voxel in from the previous level's.
-            level_translation = [t + (f - 1) * s / 2 for t, f, s in zip(level_translation, factors, level_scale, strict=True)]
+            level_translation = [
+                t + (f - 1) * s / 2
+                for t, f, s in zip(level_translation, factors, level_scale, strict=True)
+            ]
             level_scale = [s * f for s, f in zip(level_scale, factors, strict=True)]
         host = current if isinstance(current, np.ndarray) else current.get()
         level_chunks = tuple(min(c, n) for c, n in zip(plan["chunks"], host.shape, strict=True))
@@ -82,18 +99,30 @@ def write_ome_zarr(
                 for s, c, n in zip(plan["shards"], level_chunks, host.shape, strict=True)
             )
         arr = root.create_array(
-            str(i), shape=host.shape, dtype=host.dtype, chunks=level_chunks, shards=level_shards,
-            fill_value=0, **_codec_kwargs(zarr_format, compressor, compression_level, checksum),
+            str(i),
+            shape=host.shape,
+            dtype=host.dtype,
+            chunks=level_chunks,
+            shards=level_shards,
+            fill_value=0,
+            **_codec_kwargs(zarr_format, compressor, compression_level, checksum),
         )
         arr[...] = host
         paths.append(str(i))
         scales.append(level_scale)
         translations.append(level_translation)
     block: dict[str, Any] = {
-        "multiscales": [build.multiscales_block(
-            version=version, axes=plan["axes"], paths=paths, scales=scales,
-            translations=translations, name=name, method=method if plan["n_levels"] > 1 else None,
-        )]
+        "multiscales": [
+            build.multiscales_block(
+                version=version,
+                axes=plan["axes"],
+                paths=paths,
+                scales=scales,
+                translations=translations,
+                name=name,
+                method=method if plan["n_levels"] > 1 else None,
+            )
+        ]
     }
     if plan["channels"]:
         block["omero"] = build.omero_block(plan["channels"])
@@ -104,8 +133,22 @@ def write_ome_zarr(
     return open_ome_zarr(target, device=device)
 
 
-def _plan(path, data, axes, units, scale, translation, channels, version, chunks, shards,
-          compressor, levels, method, overwrite) -> dict[str, Any]:
+def _plan(
+    path,
+    data,
+    axes,
+    units,
+    scale,
+    translation,
+    channels,
+    version,
+    chunks,
+    shards,
+    compressor,
+    levels,
+    method,
+    overwrite,
+) -> dict[str, Any]:
     try:
         array_module(data)
     except ImportError:
@@ -154,10 +197,15 @@ def _plan(path, data, axes, units, scale, translation, channels, version, chunks
             raise WriteError(f"shards {list(shards)} must be multiples of chunks {list(chunks)}")
     chans = []
     for ch in channels or []:
-        chans.append(ch if isinstance(ch, Channel) else Channel(
-            ch.get("label"), ch.get("color"), ch.get("window"), ch.get("active")))
+        chans.append(
+            ch
+            if isinstance(ch, Channel)
+            else Channel(ch.get("label"), ch.get("color"), ch.get("window"), ch.get("active"))
+        )
     if chans and "c" in axes and len(chans) != data.shape[axes.index("c")]:
-        raise WriteError(f"{len(chans)} channels for a 'c' axis of length {data.shape[axes.index('c')]}")
+        raise WriteError(
+            f"{len(chans)} channels for a 'c' axis of length {data.shape[axes.index('c')]}"
+        )
     target = os.path.abspath(os.fspath(path))
     if os.path.exists(target) and not overwrite:
         raise StoreExistsError(f"'{target}' exists; pass overwrite=True to replace it")

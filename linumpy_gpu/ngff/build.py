@@ -37,11 +37,17 @@ def multiscales_block(
     for path, scale, translation in zip(paths, scales, translations, strict=True):
         transforms: list[dict[str, Any]] = [{"type": "scale", "scale": [float(s) for s in scale]}]
         if any(t != 0 for t in translation):
-            transforms.append({"type": "translation", "translation": [float(t) for t in translation]})
+            transforms.append(
+                {"type": "translation", "translation": [float(t) for t in translation]}
+            )
         datasets.append({"path": path, "coordinateTransformations": transforms})
     ms: dict[str, Any] = {
         "axes": [
-            {k: v for k, v in (("name", a.name), ("type", a.type), ("unit", a.unit)) if v is not None}
+            {
+                k: v
+                for k, v in (("name", a.name), ("type", a.type), ("unit", a.unit))
+                if v is not None
+            }
             for a in axes
         ],
         "datasets": datasets,

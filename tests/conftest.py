@@ -1,0 +1,39 @@
+"""Shared fixtures: the ../shared test data, GPU detection, and stores written by peers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("LINUMPY_GPU_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+def gpu_available() -> bool:
+    try:
+        from linumpy_gpu.gpu.deps import missing_pieces
+
+        return not missing_pieces()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    from linumpy_gpu.gpu.deps import missing_pieces
+
+    reason = "no usable GPU stack here: needs " + "; ".join(missing_pieces())
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared test data not present at {SHARED_DATA} (a user's clone has none)")
+    return SHARED_DATA
