@@ -55,7 +55,8 @@ class Selection:
             0 if a.dropped else slice(None, None, -1) if a.reversed else slice(None)
             for a in self.axes
         )
-        return full[index]
+        # The trailing Ellipsis keeps an all-integer index a 0-d view, not a copied scalar.
+        return full[index + (Ellipsis,)]
 
     def writable_full_view(self, out: Any) -> Any:
         """From a user ``out`` array of ``shape``, a view of ``full_shape`` in read order."""

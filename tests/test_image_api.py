@@ -1,0 +1,160 @@
+"""The user-facing objects: levels, indexing, out=, repr, dask, device selection, errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import zarr
+
+import linumpy_gpu as lg
+from linumpy_gpu.sample import write_sample
+
+from .conftest import gpu_available
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    path = tmp_path_factory.mktemp("img") / "sample.ome.zarr"
+    write_sample(path)
+    return path
+
+
+def test_level_properties_and_repr(sample):
+    img = lg.open_ome_zarr(sample)
+    assert len(img) == 3 and img.version == "0.5" and img.name == "sample-oct"
+    lv = img[0]
+    z = zarr.open_array(str(sample / "0"), mode="r")
+    assert lv.shape == z.shape and lv.dtype == z.dtype and lv.chunks == z.chunks
+    assert lv.shards is None and lv.nbytes == z.nbytes
+    assert lv.codecs == ("zstd(level=3, checksum=True)",)
+    assert img.scale(1) == (7.0, 3.0, 3.0)
+    assert img.translation(1)[1] == pytest.approx(100.75)
+    text = repr(img)
+    for expected in (
+        "NGFF 0.5",
+        "(96, 256, 256)",
+        "(32, 64, 64)",
+        "uint16",
+        "zstd",
+        "12.0 MiB",
+        "(3.5, 1.5, 1.5)",
+    ):
+        assert expected in text
+    assert "Level 0" in repr(lv)
+
+
+def test_indexing_forms(sample):
+    img = lg.open_ome_zarr(sample)
+    full = zarr.open_array(str(sample / "0"), mode="r")[...]
+    for index in [
+        5,
+        -1,
+        (slice(None), 3),
+        (..., slice(10, 200, 7)),
+        (slice(-5, None), Ellipsis, -2),
+        (slice(90, 10, -11), slice(None), slice(None, None, -1)),
+    ]:
+        np.testing.assert_array_equal(img[0][index], full[index])
+    np.testing.assert_array_equal(np.asarray(img[1]), zarr.open_array(str(sample / "1"))[...])
+    np.testing.assert_array_equal(img[0].read((slice(0, 4),)), full[:4])
+
+
+@pytest.mark.parametrize(
+    "index",
+    [(0, 0, 0, 0), 500, -97, np.array([1, 2]), [1, 2], None, slice(0, 2, 0), 1.5, (..., ...)],
+)
+def test_bad_indices_raise_selection_error(sample, index):
+    img = lg.open_ome_zarr(sample)
+    with pytest.raises(lg.SelectionError):
+        img[0][index]
+
+
+def test_out_validation(sample):
+    img = lg.open_ome_zarr(sample)
+    with pytest.raises(lg.OutputMismatchError, match="shape"):
+        img[0].read((slice(0, 2),), out=np.empty((3, 256, 256), dtype="u2"))
+    with pytest.raises(lg.OutputMismatchError, match="dtype"):
+        img[0].read((slice(0, 2),), out=np.empty((2, 256, 256), dtype="f4"))
+    ro = np.empty((2, 256, 256), dtype="u2")
+    ro.flags.writeable = False
+    with pytest.raises(lg.OutputMismatchError, match="read-only"):
+        img[0].read((slice(0, 2),), out=ro)
+
+
+def test_to_dask_equals_direct_read(sample):
+    img = lg.open_ome_zarr(sample)
+    d = img[0].to_dask()
+    assert d.chunksize == img[0].chunks
+    sub = d[10:50, ::3, 100:]
+    np.testing.assert_array_equal(sub.compute(), img[0][10:50, ::3, 100:])
+    assert float(d.mean().compute()) == pytest.approx(float(img[0][:].mean()))
+
+
+def test_progress_bar_read(sample, capsys):
+    img = lg.open_ome_zarr(sample)
+    np.testing.assert_array_equal(img[0].read(progress=True), img[0][:])
+
+
+def test_missing_path_and_non_ome(tmp_path):
+    with pytest.raises(lg.StoreNotFoundError):
+        lg.open_ome_zarr(tmp_path / "nope.zarr")
+    zarr.open_group(str(tmp_path / "plain.zarr"), mode="w")
+    with pytest.raises(lg.NotOmeZarrError):
+        lg.open_ome_zarr(tmp_path / "plain.zarr")
+
+
+def test_bad_device_name(sample):
+    with pytest.raises(ValueError, match="device"):
+        lg.open_ome_zarr(sample, device="tpu")
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the behaviour where no GPU stack is present")
+def test_gpu_entry_point_without_gpu_names_what_is_missing(sample):
+    with pytest.raises(lg.GpuUnavailableError) as info:
+        lg.open_ome_zarr_gpu(sample)
+    assert "cupy" in str(info.value) and "linumpy-gpu[cu13]" in str(info.value)
+    with pytest.warns(lg.DeviceFallbackWarning):
+        img = lg.open_ome_zarr(sample, device="auto")
+    assert img.device == "cpu" and isinstance(img[0][0], np.ndarray)
+
+
+def test_import_does_not_import_gpu_libraries():
+    code = (
+        "import sys, linumpy_gpu, linumpy_gpu.gpu; "
+        "bad = [m for m in ('cupy', 'kvikio', 'nvidia.nvcomp') if m in sys.modules]; "
+        "assert not bad, bad; print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"
+
+
+def test_label_and_image_label_round_trip_via_zarr(tmp_path):
+    # a 0.5 image with a labels group written with plain zarr-python
+    root = zarr.open_group(str(tmp_path / "l.zarr"), mode="w", zarr_format=3)
+    root.create_array("0", data=np.arange(64, dtype="u2").reshape(8, 8), chunks=(4, 4))
+    axes = [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}]
+    ds = [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1, 1]}]}]
+    root.attrs["ome"] = {"version": "0.5", "multiscales": [{"axes": axes, "datasets": ds}]}
+    labels = root.create_group("labels")
+    labels.attrs["ome"] = {"version": "0.5", "labels": ["seg"]}
+    seg = labels.create_group("seg")
+    seg.create_array("0", data=(np.arange(64) % 3).astype("u1").reshape(8, 8), chunks=(8, 8))
+    seg.attrs["ome"] = {
+        "version": "0.5",
+        "multiscales": [{"axes": axes, "datasets": ds}],
+        "image-label": {
+            "colors": [{"label-value": 2, "rgba": [1, 2, 3, 4]}],
+            "source": {"image": "../../"},
+        },
+    }
+    img = lg.open_ome_zarr(tmp_path / "l.zarr")
+    assert list(img.labels) == ["seg"]
+    seg_img = img.labels["seg"]
+    assert seg_img.image_label.colors[0].rgba == (1, 2, 3, 4)
+    assert seg_img.image_label.source_image == "../../"
+    np.testing.assert_array_equal(seg_img[0][:], (np.arange(64) % 3).reshape(8, 8))
+    with pytest.raises(KeyError, match="seg"):
+        img.labels["other"]

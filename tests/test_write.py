@@ -1,0 +1,95 @@
+"""The writer: NGFF 0.4 and 0.5 stores that other readers read back pixel-equal."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+
+import linumpy_gpu as lg
+from linumpy_gpu.pyramid import downsample
+from linumpy_gpu.write import StoreExistsError, WriteError, write_ome_zarr
+
+from .writers import ngff_attrs
+
+
+def test_mean_downsample_handles_partial_edges():
+    a = np.arange(5 * 3, dtype="f4").reshape(5, 3)
+    got = downsample(a, (2, 2), "mean")
+    expected = np.array(
+        [
+            [np.mean(a[0:2, 0:2]), np.mean(a[0:2, 2:3])],
+            [np.mean(a[2:4, 0:2]), np.mean(a[2:4, 2:3])],
+            [np.mean(a[4:5, 0:2]), np.mean(a[4:5, 2:3])],
+        ],
+        dtype="f4",
+    )
+    np.testing.assert_allclose(got, expected)
+
+
+def test_mode_downsample_for_labels():
+    a = np.array([[1, 1, 2, 3], [1, 2, 3, 3], [5, 5, 0, 0], [5, 4, 0, 7]], dtype="u4")
+    np.testing.assert_array_equal(downsample(a, (2, 2), "mode"), [[1, 3], [5, 0]])
+    np.testing.assert_array_equal(downsample(a, (2, 2), "nearest"), [[1, 2], [5, 0]])
+
+
+@pytest.mark.parametrize(
+    ("version", "shards"), [("0.4", None), ("0.5", None), ("0.5", (8, 32, 32))]
+)
+def test_write_read_back_with_every_reader(tmp_path, version, shards):
+    data = (np.arange(20 * 50 * 60) % 3000).astype("u2").reshape(20, 50, 60)
+    img = write_ome_zarr(
+        tmp_path / "w.zarr",
+        data,
+        axes="zyx",
+        scale=(2.0, 0.5, 0.5),
+        chunks=(4, 16, 16),
+        shards=shards,
+        levels=3,
+        version=version,
+    )
+    assert img.version == version and len(img) == 3
+    np.testing.assert_array_equal(img[0][:], data)
+    attrs = ngff_attrs(tmp_path / "w.zarr")
+    assert [d["path"] for d in attrs["multiscales"][0]["datasets"]] == ["0", "1", "2"]
+    for i, lv in enumerate(img.levels):
+        expected = zarr.open_array(str(tmp_path / "w.zarr" / str(i)), mode="r")[...]
+        np.testing.assert_array_equal(lv[:], expected)
+    np.testing.assert_array_equal(img[1][:], downsample(data, (2, 2, 2), "mean"))
+    assert img.scale(2) == (8.0, 2.0, 2.0)
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Reader
+
+    nodes = list(Reader(parse_url(str(tmp_path / "w.zarr")))())
+    np.testing.assert_array_equal(np.asarray(nodes[0].data[0]), data)
+
+
+def test_bad_input_fails_before_writing(tmp_path):
+    data = np.zeros((4, 8, 8), dtype="u2")
+    target = tmp_path / "x.zarr"
+    for kwargs, match in [
+        (dict(axes="yx"), "axes"),
+        (dict(scale=(1, 1)), "scale"),
+        (dict(scale=(1, -1, 1)), "positive"),
+        (dict(chunks=(1, 1)), "chunks"),
+        (dict(shards=(3, 8, 8), chunks=(2, 8, 8)), "multiples"),
+        (dict(version="0.6"), "version"),
+        (dict(method="median"), "method"),
+    ]:
+        with pytest.raises(WriteError, match=match):
+            write_ome_zarr(target, data, **kwargs)
+        assert not target.exists()
+    with pytest.raises(WriteError, match="dtype"):
+        write_ome_zarr(target, np.zeros((4, 4), dtype="U3"))
+    write_ome_zarr(target, data)
+    with pytest.raises(StoreExistsError):
+        write_ome_zarr(target, data)
+    assert isinstance(write_ome_zarr(target, data, overwrite=True), lg.MultiscaleImage)
+
+
+def test_cli_demo_runs(capsys):
+    from linumpy_gpu.cli import main
+
+    assert main(["demo", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "equal to zarr-python's read" in out and "DIFFERENT" not in out
