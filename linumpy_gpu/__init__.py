@@ -10,6 +10,7 @@ from typing import Any
 from ._version import __version__
 from .errors import (
     ChunkDecodeError,
+    DamagedChunkWarning,
     DeviceFallbackWarning,
     GpuUnavailableError,
     InvalidMetadataError,
@@ -45,6 +46,7 @@ def gpu_zarr_context(*args: Any, **kwargs: Any) -> Any:
 
 __all__ = [
     "ChunkDecodeError",
+    "DamagedChunkWarning",
     "DeviceFallbackWarning",
     "GpuUnavailableError",
     "InvalidMetadataError",

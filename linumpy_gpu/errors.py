@@ -75,3 +75,7 @@ class MetadataWarning(LinumpyGpuWarning):
 
 class DeviceFallbackWarning(LinumpyGpuWarning):
     """``device="auto"`` found no usable GPU and reads on the CPU instead."""
+
+
+class DamagedChunkWarning(LinumpyGpuWarning):
+    """A read with ``on_damaged="fill"`` met damaged chunks and filled their place."""

@@ -87,17 +87,26 @@ class Level:
         return self._reader.array
 
     # reading ---------------------------------------------------------------------------
-    def read(self, region: Any = None, out: Any = None, *, progress: bool = False) -> Any:
+    def read(
+        self,
+        region: Any = None,
+        out: Any = None,
+        *,
+        progress: bool = False,
+        on_damaged: str = "raise",
+    ) -> Any:
         """Read ``region`` (numpy basic indexing; None = everything) into a new array or
         into ``out`` (same shape and dtype, on this level's device). Returns numpy on the
-        CPU and cupy on the GPU."""
+        CPU and cupy on the GPU. ``on_damaged="fill"`` reads past damaged chunks (fill
+        value in their place, a :class:`DamagedChunkWarning` naming them) instead of
+        raising :class:`ChunkDecodeError`."""
         index = () if region is None else region
         if not progress:
-            return self._reader.read(index, out)
+            return self._reader.read(index, out, on_damaged=on_damaged)
         from tqdm.auto import tqdm
 
         with tqdm(desc=f"reading {self.image.name or 'level'} [{self.index}]", unit="chunk") as bar:
-            return self._reader.read(index, out, progress=bar)
+            return self._reader.read(index, out, progress=bar, on_damaged=on_damaged)
 
     def __getitem__(self, index: Any) -> Any:
         return self._reader.read(index)

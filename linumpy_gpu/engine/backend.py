@@ -38,7 +38,9 @@ class Backend:
         raise NotImplementedError
 
     def decode(self, chunks: Sequence[EncodedChunk], fmt: ChunkFormat, array: str) -> list[Any]:
-        """Decode a batch: for each chunk a 1-D uint8 array of ``fmt.nbytes`` bytes."""
+        """Decode a batch: for each chunk a 1-D uint8 array of ``fmt.nbytes`` bytes, or the
+        :class:`ChunkDecodeError` that says why it could not be decoded (the others of the
+        batch are still delivered)."""
         raise NotImplementedError
 
     def finish(self) -> None:
@@ -87,14 +89,14 @@ class CpuBackend(Backend):
             raise OutputMismatchError("out is read-only")
 
     def decode(self, chunks, fmt, array):
-        def one(item: EncodedChunk) -> np.ndarray:
+        def one(item: EncodedChunk) -> np.ndarray | ChunkDecodeError:
             key, data = item
             try:
                 raw = cpu_decode_bytes(data, fmt.codecs)
             except Exception as exc:  # numcodecs raises RuntimeError/ValueError/...
-                raise ChunkDecodeError(array, key, f"{type(exc).__name__}: {exc}") from exc
+                return ChunkDecodeError(array, key, f"{type(exc).__name__}: {exc}")
             if len(raw) != fmt.nbytes:
-                raise ChunkDecodeError(
+                return ChunkDecodeError(
                     array, key, f"decoded to {len(raw)} bytes, expected {fmt.nbytes}"
                 )
             return np.frombuffer(raw, dtype=np.uint8)

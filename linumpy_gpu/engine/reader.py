@@ -7,6 +7,7 @@ the bytes of batch k+1 are fetched while batch k is decoded and assembled.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ChunkDecodeError
+from ..errors import ChunkDecodeError, DamagedChunkWarning
 from .assemble import chunk_array, fill, place
 from .backend import Backend
 from .fetch import ByteRequest, ByteSource, coalesce, source_for
@@ -61,8 +62,17 @@ class ChunkedArrayReader:
 
     # -- public ---------------------------------------------------------------------------
 
-    def read(self, index: Any = (), out: Any = None, progress: Any = None) -> Any:
-        """Read ``index`` (numpy basic indexing) into a new array or into ``out``."""
+    def read(
+        self, index: Any = (), out: Any = None, progress: Any = None, on_damaged: str = "raise"
+    ) -> Any:
+        """Read ``index`` (numpy basic indexing) into a new array or into ``out``.
+
+        ``on_damaged``: "raise" (default) raises :class:`ChunkDecodeError` for the first
+        damaged chunk once its batch is done; "fill" puts the fill value in damaged chunks'
+        place and warns with every damaged key.
+        """
+        if on_damaged not in ("raise", "fill"):
+            raise ValueError(f"on_damaged must be 'raise' or 'fill', got {on_damaged!r}")
         layout = self.layout
         sel = normalize_selection(index, layout.shape)
         if out is not None:
@@ -80,8 +90,9 @@ class ChunkedArrayReader:
         batches = self._batches(tasks)
         if progress is not None:
             progress.reset(total=len(tasks))
+        damaged: list[ChunkDecodeError] = []
         if len(batches) == 1:
-            self._decode_and_place(self._fetch(batches[0]), work)
+            damaged += self._decode_and_place(self._fetch(batches[0]), work, on_damaged)
         else:
             with ThreadPoolExecutor(1, thread_name_prefix="linumpy-prefetch") as prefetch:
                 pending: Future = prefetch.submit(self._fetch, batches[0])
@@ -89,10 +100,19 @@ class ChunkedArrayReader:
                     fetched = pending.result()
                     if i + 1 < len(batches):
                         pending = prefetch.submit(self._fetch, batches[i + 1])
-                    self._decode_and_place(fetched, work)
+                    damaged += self._decode_and_place(fetched, work, on_damaged)
                     if progress is not None:
                         progress.update(len(fetched.tasks))
         self.backend.finish()
+        if damaged:
+            keys = ", ".join(e.key for e in damaged[:10])
+            more = f" and {len(damaged) - 10} more" if len(damaged) > 10 else ""
+            warnings.warn(
+                f"{self.name}: {len(damaged)} damaged chunk(s) replaced by the fill value: "
+                f"{keys}{more}; first: {damaged[0].reason}",
+                DamagedChunkWarning,
+                stacklevel=3,
+            )
         return result
 
     # -- stages ---------------------------------------------------------------------------
@@ -161,23 +181,34 @@ class ChunkedArrayReader:
                     self._index_cache.popitem(last=False)
         return found
 
-    def _decode_and_place(self, fetched: _Fetched, work: Any) -> None:
+    def _decode_and_place(
+        self, fetched: _Fetched, work: Any, on_damaged: str
+    ) -> list[ChunkDecodeError]:
         layout = self.layout
         present = [i for i, d in enumerate(fetched.data) if d is not None]
         decoded = self.backend.decode(
             [(fetched.keys[i], fetched.data[i]) for i in present], layout.chunk, self.name
         )
+        damaged = []
         for i, raw in zip(present, decoded, strict=True):
             task = fetched.tasks[i]
-            place(
-                work,
-                task.out_region,
-                chunk_array(raw, layout.chunk, layout.dtype),
-                task.chunk_region,
-            )
+            if isinstance(raw, ChunkDecodeError):
+                damaged.append(raw)
+                fill(work, task.out_region, layout.fill_value)
+                continue
+            chunk = chunk_array(raw, layout.chunk, layout.dtype)
+            place(work, task.out_region, chunk, task.chunk_region)
         for i, d in enumerate(fetched.data):
             if d is None:
                 fill(work, fetched.tasks[i].out_region, layout.fill_value)
+        if damaged and on_damaged == "raise":
+            self.backend.finish()
+            first = damaged[0]
+            if len(damaged) > 1:
+                others = ", ".join(e.key for e in damaged[1:10])
+                first.add_note(f"{len(damaged) - 1} more damaged chunk(s) in this batch: {others}")
+            raise first
+        return damaged
 
     def _read_delegated(self, sel: Selection, work: Any) -> None:
         region = tuple(slice(a.start, a.stop, a.step) for a in sel.axes)

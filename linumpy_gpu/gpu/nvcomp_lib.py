@@ -37,3 +37,218 @@ def find_libnvcomp() -> str:
 @lru_cache(maxsize=1)
 def load_libnvcomp() -> ctypes.CDLL:
     return ctypes.CDLL(find_libnvcomp())
+
+
+# --- the batched zstd C API (nvCOMP >= 5: option structs passed by value) -------------------
+
+NVCOMP_SUCCESS = 0
+c_size_t = ctypes.c_size_t
+c_void_p = ctypes.c_void_p
+
+
+class DecompressOpts(ctypes.Structure):
+    _fields_ = [("backend", ctypes.c_int), ("reserved", ctypes.c_char * 60)]
+
+
+class CompressOpts(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+class Alignments(ctypes.Structure):
+    _fields_ = [("input", c_size_t), ("output", c_size_t), ("temp", c_size_t)]
+
+
+class Properties(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("cudart_version", ctypes.c_uint32)]
+
+
+class NvcompError(RuntimeError):
+    pass
+
+
+class ZstdApi:
+    """Typed entry points of libnvcomp's batched zstd API."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        self.lib = lib
+        props = Properties()
+        self._check(lib.nvcompGetProperties(ctypes.byref(props)), "nvcompGetProperties")
+        self.version = (props.version // 1000, (props.version % 1000) // 100, props.version % 100)
+        if self.version[0] < 5:
+            raise NvcompError(
+                f"nvCOMP {'.'.join(map(str, self.version))} is too old: linumpy_gpu needs the "
+                "nvCOMP >= 5 batched API (pip install nvidia-nvcomp-cu13 or -cu12)"
+            )
+        lib.nvcompGetStatusString.restype = ctypes.c_char_p
+        sig = {
+            "nvcompBatchedZstdDecompressGetRequiredAlignments": [DecompressOpts, c_void_p],
+            "nvcompBatchedZstdDecompressGetTempSize": [
+                c_size_t,
+                c_size_t,
+                DecompressOpts,
+                c_void_p,
+                c_size_t,
+                c_void_p,
+            ],
+            "nvcompBatchedZstdDecompressAsync": [
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_size_t,
+                c_void_p,
+                c_size_t,
+                c_void_p,
+                DecompressOpts,
+                c_void_p,
+                c_void_p,
+            ],
+            "nvcompBatchedZstdCompressGetRequiredAlignments": [CompressOpts, c_void_p],
+            "nvcompBatchedZstdCompressGetTempSize": [
+                c_size_t,
+                c_size_t,
+                CompressOpts,
+                c_void_p,
+                c_size_t,
+                c_void_p,
+            ],
+            "nvcompBatchedZstdCompressGetMaxOutputChunkSize": [c_size_t, CompressOpts, c_void_p],
+            "nvcompBatchedZstdCompressAsync": [
+                c_void_p,
+                c_void_p,
+                c_size_t,
+                c_size_t,
+                c_void_p,
+                c_size_t,
+                c_void_p,
+                c_void_p,
+                CompressOpts,
+                c_void_p,
+                c_void_p,
+            ],
+        }
+        for name, argtypes in sig.items():
+            fn = getattr(lib, name)
+            fn.argtypes = argtypes
+            fn.restype = ctypes.c_int
+        self.dopts = DecompressOpts()  # zeroed: default backend
+        self.copts = CompressOpts()
+        self.decompress_alignments = self._alignments(
+            lib.nvcompBatchedZstdDecompressGetRequiredAlignments, self.dopts
+        )
+        self.compress_alignments = self._alignments(
+            lib.nvcompBatchedZstdCompressGetRequiredAlignments, self.copts
+        )
+
+    def status_string(self, status: int) -> str:
+        raw = self.lib.nvcompGetStatusString(int(status))
+        return raw.decode() if raw else f"nvcomp status {status}"
+
+    def _check(self, status: int, what: str) -> None:
+        if status != NVCOMP_SUCCESS:
+            text = self.status_string(status) if hasattr(self, "dopts") else str(status)
+            raise NvcompError(f"{what} failed: {text}")
+
+    def _alignments(self, fn, opts) -> Alignments:
+        out = Alignments()
+        self._check(fn(opts, ctypes.byref(out)), fn.__name__)
+        return out
+
+    def decompress_temp_bytes(self, n: int, max_chunk: int, total: int, stream: int) -> int:
+        out = c_size_t(0)
+        self._check(
+            self.lib.nvcompBatchedZstdDecompressGetTempSize(
+                n, max_chunk, self.dopts, ctypes.byref(out), total, stream
+            ),
+            "zstd decompress temp size",
+        )
+        return out.value
+
+    def decompress(
+        self,
+        comp_ptrs,
+        comp_bytes,
+        out_bytes,
+        actual_bytes,
+        n,
+        temp,
+        temp_bytes,
+        out_ptrs,
+        statuses,
+        stream,
+    ) -> None:
+        self._check(
+            self.lib.nvcompBatchedZstdDecompressAsync(
+                comp_ptrs,
+                comp_bytes,
+                out_bytes,
+                actual_bytes,
+                n,
+                temp,
+                temp_bytes,
+                out_ptrs,
+                self.dopts,
+                statuses,
+                stream,
+            ),
+            "nvcompBatchedZstdDecompressAsync",
+        )
+
+    def compress_temp_bytes(self, n: int, max_chunk: int, total: int, stream: int) -> int:
+        out = c_size_t(0)
+        self._check(
+            self.lib.nvcompBatchedZstdCompressGetTempSize(
+                n, max_chunk, self.copts, ctypes.byref(out), total, stream
+            ),
+            "zstd compress temp size",
+        )
+        return out.value
+
+    def max_compressed_bytes(self, max_chunk: int) -> int:
+        out = c_size_t(0)
+        self._check(
+            self.lib.nvcompBatchedZstdCompressGetMaxOutputChunkSize(
+                max_chunk, self.copts, ctypes.byref(out)
+            ),
+            "zstd max output size",
+        )
+        return out.value
+
+    def compress(
+        self,
+        in_ptrs,
+        in_bytes,
+        max_chunk,
+        n,
+        temp,
+        temp_bytes,
+        out_ptrs,
+        out_bytes,
+        statuses,
+        stream,
+    ) -> None:
+        self._check(
+            self.lib.nvcompBatchedZstdCompressAsync(
+                in_ptrs,
+                in_bytes,
+                max_chunk,
+                n,
+                temp,
+                temp_bytes,
+                out_ptrs,
+                out_bytes,
+                self.copts,
+                statuses,
+                stream,
+            ),
+            "nvcompBatchedZstdCompressAsync",
+        )
+
+
+@lru_cache(maxsize=1)
+def zstd_api() -> ZstdApi:
+    return ZstdApi(load_libnvcomp())
+
+
+def nvcomp_version() -> str:
+    return ".".join(map(str, zstd_api().version))

@@ -1,0 +1,248 @@
+"""CUDA kernels: zstd frame validation before nvCOMP sees a byte, and XXH64 checksums.
+
+nvCOMP assumes valid input; on damaged frames it can hang, kill the CUDA context or return
+wrong bytes. ``zstd_frame_check`` walks each frame's header and block headers (one thread a
+frame) and accounts for every byte, so truncation, bad magic, reserved bits, impossible
+block sizes, wrong declared sizes and trailing bytes are refused before decode.
+``zstd_xxh64_verify`` recomputes the frame content checksum of decoded chunks.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+# Status codes written by zstd_frame_check (mirrored in FRAME_STATUS below).
+_SOURCE = r"""
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned char u8;
+
+#define ZSTD_MAGIC 0xFD2FB528u
+#define BLOCK_MAX (128u * 1024u)
+
+__device__ __forceinline__ u32 rd32(const u8* p) {
+    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+}
+
+extern "C" __global__ void zstd_frame_check(
+    const u8* __restrict__ src, const u64* __restrict__ offsets, const u64* __restrict__ sizes,
+    const u64* __restrict__ expected, const int n,
+    int* __restrict__ status, u32* __restrict__ stored_checksum)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const u8* p = src + offsets[i];
+    const u64 size = sizes[i];
+    const u64 want = expected[i];
+    stored_checksum[i] = 0;
+    if (size < 4) { status[i] = -1; return; }
+    const u32 magic = rd32(p);
+    if ((magic & 0xFFFFFFF0u) == 0x184D2A50u) { status[i] = 2; return; }   /* skippable */
+    if (magic != ZSTD_MAGIC) { status[i] = -2; return; }
+    if (size < 6) { status[i] = -6; return; }
+    const u8 fhd = p[4];
+    const u32 fcs_flag = fhd >> 6;
+    const u32 single_segment = (fhd >> 5) & 1u;
+    const u32 reserved = (fhd >> 3) & 1u;
+    const u32 has_checksum = (fhd >> 2) & 1u;
+    const u32 did_flag = fhd & 3u;
+    if (reserved) { status[i] = -3; return; }
+    u64 pos = 5;
+    u64 window = 0;
+    if (!single_segment) {
+        const u8 wd = p[pos++];
+        const u32 exponent = wd >> 3;
+        const u32 mantissa = wd & 7u;
+        if (exponent > 21) { status[i] = -12; return; }     /* window log > 31 */
+        const u64 base = 1ull << (10 + exponent);
+        window = base + (base >> 3) * mantissa;
+    }
+    const u32 did_size = did_flag == 0 ? 0 : (did_flag == 1 ? 1 : (did_flag == 2 ? 2 : 4));
+    const u32 fcs_size = fcs_flag == 0 ? (single_segment ? 1 : 0)
+                       : (fcs_flag == 1 ? 2 : (fcs_flag == 2 ? 4 : 8));
+    if (pos + did_size + fcs_size > size) { status[i] = -6; return; }
+    u32 did = 0;
+    for (u32 k = 0; k < did_size; ++k) did |= (u32)p[pos + k] << (8 * k);
+    pos += did_size;
+    if (did != 0) { status[i] = -4; return; }
+    if (fcs_size) {
+        u64 fcs = 0;
+        for (u32 k = 0; k < fcs_size; ++k) fcs |= (u64)p[pos + k] << (8 * k);
+        if (fcs_size == 2) fcs += 256;
+        pos += fcs_size;
+        if (fcs != want) { status[i] = -5; return; }
+        if (single_segment) window = fcs;
+    }
+    const u64 block_max = window < BLOCK_MAX ? window : BLOCK_MAX;
+    u64 exact = 0, compressed_blocks = 0;
+    for (;;) {
+        if (pos + 3 > size) { status[i] = -6; return; }
+        const u32 hdr = (u32)p[pos] | ((u32)p[pos + 1] << 8) | ((u32)p[pos + 2] << 16);
+        pos += 3;
+        const u32 last = hdr & 1u;
+        const u32 type = (hdr >> 1) & 3u;
+        const u64 bsize = hdr >> 3;
+        if (type == 3) { status[i] = -7; return; }
+        if (bsize > block_max) { status[i] = -8; return; }
+        const u64 stored = type == 1 ? 1 : bsize;
+        if (pos + stored > size) { status[i] = -6; return; }
+        if (type == 2) { compressed_blocks += 1; if (bsize == 0) { status[i] = -8; return; } }
+        else exact += bsize;
+        pos += stored;
+        if (exact > want) { status[i] = -9; return; }
+        if (last) break;
+    }
+    if (want > exact + compressed_blocks * block_max) { status[i] = -9; return; }
+    if (has_checksum) {
+        if (pos + 4 > size) { status[i] = -11; return; }
+        stored_checksum[i] = rd32(p + pos);
+        pos += 4;
+    }
+    if (pos != size) {
+        if (size - pos >= 4 && (rd32(p + pos) == ZSTD_MAGIC ||
+                                (rd32(p + pos) & 0xFFFFFFF0u) == 0x184D2A50u)) {
+            status[i] = 3;   /* more frames follow: valid zstd, decoded on the CPU */
+        } else {
+            status[i] = -10;
+        }
+        return;
+    }
+    status[i] = has_checksum ? 1 : 0;
+}
+
+#define P1 11400714785074694791ull
+#define P2 14029467366897019727ull
+#define P3 1609587929392839161ull
+#define P4 9650029242287828579ull
+#define P5 2870177450012600261ull
+
+__device__ __forceinline__ u64 rotl64(u64 x, int r) { return (x << r) | (x >> (64 - r)); }
+__device__ __forceinline__ u64 xround(u64 acc, u64 v) { acc += v * P2; acc = rotl64(acc, 31); return acc * P1; }
+__device__ __forceinline__ u64 xmerge(u64 acc, u64 v) { v = xround(0, v); acc ^= v; return acc * P1 + P4; }
+__device__ __forceinline__ u64 rd64(const u8* p) {
+    u64 v = 0;
+    for (int k = 0; k < 8; ++k) v |= (u64)p[k] << (8 * k);
+    return v;
+}
+
+/* Four threads per chunk, one per XXH64 accumulator lane; chunk data 8-byte aligned. */
+extern "C" __global__ void zstd_xxh64_verify(
+    const u8* __restrict__ data, const u64 stride, const u64 length,
+    const int* __restrict__ status, const u32* __restrict__ stored_checksum, const int n,
+    int* __restrict__ mismatch)
+{
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const int chunk = t >> 2;
+    const int lane = t & 3;
+    const bool active = chunk < n && status[chunk] == 1;
+    const u8* p = data + (u64)(chunk < n ? chunk : 0) * stride;
+    const u64 stripes = length / 32;
+    u64 v = lane == 0 ? P1 + P2 : (lane == 1 ? P2 : (lane == 2 ? 0ull : 0ull - P1));
+    if (active) {
+        const u64* w = (const u64*)p + lane;
+        u64 s = 0;
+        for (; s + 8 <= stripes; s += 8) {
+            u64 x[8];
+            #pragma unroll
+            for (int k = 0; k < 8; ++k) x[k] = __ldg(w + 4 * (s + k));
+            #pragma unroll
+            for (int k = 0; k < 8; ++k) v = xround(v, x[k]);
+        }
+        for (; s < stripes; ++s) v = xround(v, __ldg(w + 4 * s));
+    }
+    const int group = (int)(threadIdx.x & 31u) & ~3;   /* first lane of this chunk's four */
+    const u64 v1 = __shfl_sync(0xffffffffu, v, group + 0);
+    const u64 v2 = __shfl_sync(0xffffffffu, v, group + 1);
+    const u64 v3 = __shfl_sync(0xffffffffu, v, group + 2);
+    const u64 v4 = __shfl_sync(0xffffffffu, v, group + 3);
+    if (!active || lane != 0) return;
+    u64 h;
+    if (length >= 32) {
+        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+        h = xmerge(h, v1); h = xmerge(h, v2); h = xmerge(h, v3); h = xmerge(h, v4);
+    } else {
+        h = P5;
+    }
+    h += length;
+    u64 pos = stripes * 32;
+    for (; pos + 8 <= length; pos += 8) {
+        h ^= xround(0, rd64(p + pos));
+        h = rotl64(h, 27) * P1 + P4;
+    }
+    if (pos + 4 <= length) {
+        h ^= (u64)rd32(p + pos) * P1;
+        h = rotl64(h, 23) * P2 + P3;
+        pos += 4;
+    }
+    for (; pos < length; ++pos) {
+        h ^= (u64)p[pos] * P5;
+        h = rotl64(h, 11) * P1;
+    }
+    h ^= h >> 33; h *= P2; h ^= h >> 29; h *= P3; h ^= h >> 32;
+    mismatch[chunk] = ((u32)(h & 0xFFFFFFFFull)) != stored_checksum[chunk];
+}
+
+/* XXH64 (low 32 bits) of n contiguous chunks, for writing zstd content checksums. */
+extern "C" __global__ void xxh64_low32(
+    const u8* __restrict__ data, const u64 stride, const u64 length, const int n,
+    u32* __restrict__ out)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const u8* p = data + (u64)i * stride;
+    u64 h;
+    u64 pos = 0;
+    if (length >= 32) {
+        u64 v1 = P1 + P2, v2 = P2, v3 = 0, v4 = 0ull - P1;
+        for (; pos + 32 <= length; pos += 32) {
+            v1 = xround(v1, rd64(p + pos)); v2 = xround(v2, rd64(p + pos + 8));
+            v3 = xround(v3, rd64(p + pos + 16)); v4 = xround(v4, rd64(p + pos + 24));
+        }
+        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+        h = xmerge(h, v1); h = xmerge(h, v2); h = xmerge(h, v3); h = xmerge(h, v4);
+    } else {
+        h = P5;
+    }
+    h += length;
+    for (; pos + 8 <= length; pos += 8) { h ^= xround(0, rd64(p + pos)); h = rotl64(h, 27) * P1 + P4; }
+    if (pos + 4 <= length) { h ^= (u64)rd32(p + pos) * P1; h = rotl64(h, 23) * P2 + P3; pos += 4; }
+    for (; pos < length; ++pos) { h ^= (u64)p[pos] * P5; h = rotl64(h, 11) * P1; }
+    h ^= h >> 33; h *= P2; h ^= h >> 29; h *= P3; h ^= h >> 32;
+    out[i] = (u32)(h & 0xFFFFFFFFull);
+}
+"""
+
+# status -> (meaning, decodable by the CPU as valid zstd)
+FRAME_STATUS = {
+    0: ("valid frame", True),
+    1: ("valid frame with content checksum", True),
+    2: ("skippable frame", True),
+    3: ("several concatenated frames", True),
+    -1: ("empty or shorter than a zstd magic number", False),
+    -2: ("bad zstd magic number", False),
+    -3: ("reserved bit set in the frame header", False),
+    -4: ("frame needs a dictionary", False),
+    -5: ("frame header declares a content size other than the chunk's", False),
+    -6: ("truncated frame", False),
+    -7: ("reserved block type", False),
+    -8: ("block size larger than the zstd maximum", False),
+    -9: ("blocks cannot decode to the chunk's size", False),
+    -10: ("trailing bytes after the frame", False),
+    -11: ("truncated content checksum", False),
+    -12: ("window size larger than 2 GiB", False),
+}
+
+
+@cache
+def _module(device_id: int) -> Any:
+    import cupy
+
+    with cupy.cuda.Device(device_id):
+        return cupy.RawModule(code=_SOURCE, options=("-std=c++17",))
+
+
+def kernel(name: str) -> Any:
+    import cupy
+
+    return _module(cupy.cuda.Device().id).get_function(name)

@@ -1,0 +1,327 @@
+"""Batched zstd on the GPU with nvCOMP, never trusting its input.
+
+Decode of one batch:
+  1. stage the compressed frames in one device buffer (from pinned host memory: one copy);
+  2. ``zstd_frame_check`` validates every frame (header, every block header, sizes, end);
+  3. only frames that pass go to ``nvcompBatchedZstdDecompressAsync``, which writes straight
+     into the caller's output slots and reports a status and an actual size per frame;
+  4. frames that carry a content checksum are verified on the GPU (XXH64);
+  5. anything refused or failed is decoded by the CPU zstd (numcodecs): a valid frame the GPU
+     could not handle still reads correctly, a damaged one yields a reason with both verdicts.
+Everything is queued on this object's CUDA stream; the caller's stream is waited for first,
+so output memory recycled by cupy's pool is never written while still being read.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .kernels import FRAME_STATUS, kernel
+from .nvcomp_lib import zstd_api
+
+SLOT_ALIGN = 256
+_BLOCK = 128
+
+
+def round_up(n: int, k: int) -> int:
+    return -(-n // k) * k
+
+
+@dataclass
+class DecodedBatch:
+    """Decoded chunks: ``slot(i)`` is chunk i's bytes (1-D uint8 cupy view)."""
+
+    buffer: Any
+    stride: int
+    nbytes: int
+    failures: dict[int, str] = field(default_factory=dict)
+    cpu_decoded: list[int] = field(default_factory=list)
+
+    def slot(self, i: int) -> Any:
+        start = i * self.stride
+        return self.buffer[start : start + self.nbytes]
+
+
+class ZstdBatchCodec:
+    """nvCOMP zstd for one device, used from one thread (nvCOMP's rule)."""
+
+    def __init__(self) -> None:
+        import cupy
+
+        self.cupy = cupy
+        self.api = zstd_api()
+        self.device_id = cupy.cuda.Device().id
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self._pinned: Any = None
+        self._pinned_view: np.ndarray | None = None
+        self._temp: Any = None
+        self._temp_size = 0
+
+    # -- staging ------------------------------------------------------------------------
+
+    def pinned(self, nbytes: int) -> np.ndarray:
+        """A reusable pinned host buffer of at least ``nbytes`` (grows by doubling)."""
+        if self._pinned_view is None or self._pinned_view.size < nbytes:
+            size = max(
+                nbytes, 2 * (0 if self._pinned_view is None else self._pinned_view.size), 1 << 20
+            )
+            self._pinned = self.cupy.cuda.alloc_pinned_memory(size)
+            self._pinned_view = np.frombuffer(self._pinned, dtype=np.uint8, count=size)
+        return self._pinned_view
+
+    def _temp_buffer(self, nbytes: int) -> Any:
+        if nbytes > self._temp_size:
+            with self.stream:
+                self._temp = self.cupy.empty(max(nbytes, 1), dtype=np.uint8)
+            self._temp_size = nbytes
+        return self._temp
+
+    def _upload(self, host: np.ndarray) -> Any:
+        with self.stream:
+            dev = self.cupy.empty(host.shape, dtype=host.dtype)
+        dev.data.copy_from_host_async(ctypes.c_void_p(host.ctypes.data), host.nbytes, self.stream)
+        return dev
+
+    # -- decode -------------------------------------------------------------------------
+
+    def decode_host(self, frames: Sequence[Any], nbytes: int) -> DecodedBatch:
+        """Decode host-resident frames (bytes / memoryviews) of ``nbytes`` each."""
+        align = max(8, int(self.api.decompress_alignments.input))
+        sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
+        padded = (sizes + np.uint64(align - 1)) // np.uint64(align) * np.uint64(align)
+        offsets = np.zeros(len(frames), dtype=np.uint64)
+        if len(frames) > 1:
+            np.cumsum(padded[:-1], out=offsets[1:])
+        total = int(offsets[-1] + sizes[-1]) if len(frames) else 0
+        staging = self.pinned(max(total, 1))
+        for f, off, size in zip(frames, offsets, sizes, strict=True):
+            staging[int(off) : int(off) + int(size)] = np.frombuffer(f, dtype=np.uint8)
+        self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
+        comp = self._upload(staging[: max(total, 1)])
+        return self._decode_staged(comp, offsets, sizes, nbytes, lambda i: bytes(frames[i]))
+
+    def decode_device(self, frames: Sequence[Any], nbytes: int) -> DecodedBatch:
+        """Decode device-resident frames (1-D uint8 cupy arrays)."""
+        cp = self.cupy
+        align = max(8, int(self.api.decompress_alignments.input))
+        sizes = np.array([f.size for f in frames], dtype=np.uint64)
+        padded = [round_up(int(s), align) for s in sizes]
+        offsets = (
+            np.concatenate([[0], np.cumsum(padded[:-1])]).astype(np.uint64) if frames else sizes
+        )
+        self.stream.wait_event(cp.cuda.get_current_stream().record())
+        with self.stream:
+            comp = cp.empty(max(1, int(sum(padded))), dtype=np.uint8)
+            for f, off, size in zip(frames, offsets, sizes, strict=True):
+                comp[int(off) : int(off) + int(size)] = f
+        return self._decode_staged(
+            comp, offsets, sizes, nbytes, lambda i: frames[i].get().tobytes()
+        )
+
+    def _decode_staged(
+        self,
+        comp: Any,
+        offsets: np.ndarray,
+        sizes: np.ndarray,
+        nbytes: int,
+        host_frame: Callable[[int], bytes],
+    ) -> DecodedBatch:
+        cp = self.cupy
+        n = len(sizes)
+        stride = round_up(max(nbytes, 1), SLOT_ALIGN)
+        out = cp.empty(max(1, n * stride), dtype=np.uint8)
+        batch = DecodedBatch(out, stride, nbytes)
+        if n == 0:
+            return batch
+        meta = np.empty((3, n), dtype=np.uint64)
+        meta[0], meta[1], meta[2] = offsets, sizes, nbytes
+        d_meta = self._upload(meta)
+        with self.stream:
+            status = cp.empty(n, dtype=np.int32)
+            stored = cp.empty(n, dtype=np.uint32)
+            grid = (n + _BLOCK - 1) // _BLOCK
+            kernel("zstd_frame_check")(
+                (grid,),
+                (_BLOCK,),
+                (comp, d_meta[0], d_meta[1], d_meta[2], np.int32(n), status, stored),
+            )
+        status_h = status.get(stream=self.stream)  # waits: the decode set depends on it
+        ok = np.flatnonzero((status_h == 0) | (status_h == 1))
+        nv_status_h = np.zeros(n, dtype=np.int32)
+        actual_h = np.full(n, nbytes, dtype=np.uint64)
+        mismatch_h = np.zeros(n, dtype=np.int32)
+        if ok.size:
+            m = int(ok.size)
+            base_comp, base_out = comp.data.ptr, out.data.ptr
+            args = np.empty((4, m), dtype=np.uint64)
+            args[0] = np.uint64(base_comp) + offsets[ok]
+            args[1] = sizes[ok]
+            args[2] = nbytes
+            args[3] = np.uint64(base_out) + ok.astype(np.uint64) * np.uint64(stride)
+            d_args = self._upload(args)
+            temp_bytes = self.api.decompress_temp_bytes(m, nbytes, m * nbytes, self.stream.ptr)
+            temp = self._temp_buffer(temp_bytes)
+            with self.stream:
+                actual = cp.empty(m, dtype=np.uint64)
+                nv_status = cp.empty(m, dtype=np.int32)
+                mismatch = cp.zeros(n, dtype=np.int32)
+            self.api.decompress(
+                d_args[0].data.ptr,
+                d_args[1].data.ptr,
+                d_args[2].data.ptr,
+                actual.data.ptr,
+                m,
+                temp.data.ptr,
+                temp_bytes,
+                d_args[3].data.ptr,
+                nv_status.data.ptr,
+                self.stream.ptr,
+            )
+            if (status_h[ok] == 1).any():
+                with self.stream:
+                    threads = 4 * n
+                    kernel("zstd_xxh64_verify")(
+                        ((threads + _BLOCK - 1) // _BLOCK,),
+                        (_BLOCK,),
+                        (
+                            out,
+                            np.uint64(stride),
+                            np.uint64(nbytes),
+                            status,
+                            stored,
+                            np.int32(n),
+                            mismatch,
+                        ),
+                    )
+                mismatch_h = mismatch.get(stream=self.stream)
+            nv_status_h[ok] = nv_status.get(stream=self.stream)
+            actual_h[ok] = actual.get(stream=self.stream)
+        self.stream.synchronize()
+        for i in range(n):
+            st = int(status_h[i])
+            if st not in (0, 1):
+                reason = FRAME_STATUS.get(st, (f"frame check status {st}",))[0]
+            elif nv_status_h[i] != 0:
+                reason = f"nvCOMP reported '{self.api.status_string(int(nv_status_h[i]))}'"
+            elif actual_h[i] != nbytes:
+                reason = f"nvCOMP decoded {int(actual_h[i])} bytes, expected {nbytes}"
+            elif mismatch_h[i]:
+                reason = "zstd content checksum mismatch"
+            else:
+                continue
+            self._cpu_fallback(batch, i, host_frame(i), reason)
+        return batch
+
+    def _cpu_fallback(self, batch: DecodedBatch, i: int, frame: bytes, gpu_reason: str) -> None:
+        import numcodecs
+
+        try:
+            decoded = numcodecs.Zstd().decode(frame)
+        except Exception as exc:
+            batch.failures[i] = f"{gpu_reason}; the CPU zstd agrees: {exc}"
+            return
+        raw = np.frombuffer(decoded, dtype=np.uint8)
+        if raw.size != batch.nbytes:
+            batch.failures[i] = (
+                f"{gpu_reason}; the CPU zstd decodes it to {raw.size} bytes, "
+                f"expected {batch.nbytes}"
+            )
+            return
+        batch.slot(i).set(raw)
+        batch.cpu_decoded.append(i)
+
+    # -- encode -------------------------------------------------------------------------
+
+    def encode(self, data: Any, nbytes: int, n: int, stride: int, checksum: bool) -> list[bytes]:
+        """Compress ``n`` chunks of ``nbytes`` at ``data.data.ptr + i * stride`` (device) into
+        zstd frames readable by any zstd; with ``checksum`` the content checksum is added."""
+        cp = self.cupy
+        if n == 0:
+            return []
+        self.stream.wait_event(cp.cuda.get_current_stream().record())
+        max_out = round_up(self.api.max_compressed_bytes(nbytes), 8)
+        args = np.empty((4, n), dtype=np.uint64)
+        with self.stream:
+            comp = cp.empty(n * max_out, dtype=np.uint8)
+        args[0] = np.uint64(data.data.ptr) + np.arange(n, dtype=np.uint64) * np.uint64(stride)
+        args[1] = nbytes
+        args[2] = np.uint64(comp.data.ptr) + np.arange(n, dtype=np.uint64) * np.uint64(max_out)
+        d_args = self._upload(args)
+        temp_bytes = self.api.compress_temp_bytes(n, nbytes, n * nbytes, self.stream.ptr)
+        temp = self._temp_buffer(temp_bytes)
+        with self.stream:
+            comp_sizes = cp.empty(n, dtype=np.uint64)
+            statuses = cp.empty(n, dtype=np.int32)
+        self.api.compress(
+            d_args[0].data.ptr,
+            d_args[1].data.ptr,
+            nbytes,
+            n,
+            temp.data.ptr,
+            temp_bytes,
+            d_args[2].data.ptr,
+            comp_sizes.data.ptr,
+            statuses.data.ptr,
+            self.stream.ptr,
+        )
+        sums = None
+        if checksum:
+            with self.stream:
+                sums_d = cp.empty(n, dtype=np.uint32)
+                kernel("xxh64_low32")(
+                    ((n + _BLOCK - 1) // _BLOCK,),
+                    (_BLOCK,),
+                    (data, np.uint64(stride), np.uint64(nbytes), np.int32(n), sums_d),
+                )
+            sums = sums_d.get(stream=self.stream)
+        sizes_h = comp_sizes.get(stream=self.stream)
+        status_h = statuses.get(stream=self.stream)
+        if (status_h != 0).any():
+            bad = int(np.flatnonzero(status_h)[0])
+            raise RuntimeError(
+                f"nvCOMP zstd compression failed for chunk {bad}: "
+                f"{self.api.status_string(int(status_h[bad]))}"
+            )
+        total = int(sizes_h.sum())
+        with self.stream:
+            packed = cp.empty(max(total, 1), dtype=np.uint8)
+            pos = 0
+            for i, size in enumerate(sizes_h):
+                size = int(size)
+                packed[pos : pos + size] = comp[i * max_out : i * max_out + size]
+                pos += size
+        host = self.pinned(max(total, 1))[: max(total, 1)]
+        packed.data.copy_to_host_async(ctypes.c_void_p(host.ctypes.data), total, self.stream)
+        self.stream.synchronize()
+        frames = []
+        pos = 0
+        for i, size in enumerate(sizes_h):
+            frame = bytearray(host[pos : pos + int(size)])
+            pos += int(size)
+            if sums is not None:
+                frame[4] |= 0x04  # Content_Checksum_flag in the frame header descriptor
+                frame += int(sums[i]).to_bytes(4, "little")
+            frames.append(bytes(frame))
+        return frames
+
+
+_local = threading.local()
+
+
+def codec_for_current_device() -> ZstdBatchCodec:
+    """The calling thread's codec for cupy's current device (created on first use)."""
+    import cupy
+
+    device = cupy.cuda.Device().id
+    codecs = getattr(_local, "codecs", None)
+    if codecs is None:
+        codecs = _local.codecs = {}
+    if device not in codecs:
+        codecs[device] = ZstdBatchCodec()
+    return codecs[device]
