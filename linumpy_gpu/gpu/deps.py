@@ -28,9 +28,11 @@ def missing_pieces() -> tuple[str, ...]:
         except Exception as exc:  # no driver, no device, broken install
             missing.append(f"a usable CUDA device ({type(exc).__name__}: {exc})")
     try:
-        from .nvcomp_lib import find_libnvcomp
+        from .nvcomp_lib import find_libnvcomp, zstd_api
 
         find_libnvcomp()
+        if not missing:  # with a working CUDA runtime, also load it and check its API
+            zstd_api()
     except Exception as exc:
         missing.append(f"nvCOMP (nvidia-nvcomp-cu13 / -cu12): {exc}")
     return tuple(missing)

@@ -26,6 +26,14 @@ def find_libnvcomp() -> str:
             hits = sorted(glob.glob(os.path.join(root, "**", "libnvcomp.so*"), recursive=True))
             if hits:
                 return hits[-1]
+    import sys
+
+    for entry in sys.path:
+        hits = sorted(
+            glob.glob(os.path.join(entry, "nvidia", "libnvcomp", "lib*", "libnvcomp.so*"))
+        )
+        if hits:
+            return hits[-1]
     import ctypes.util
 
     found = ctypes.util.find_library("nvcomp")
@@ -36,6 +44,12 @@ def find_libnvcomp() -> str:
 
 @lru_cache(maxsize=1)
 def load_libnvcomp() -> ctypes.CDLL:
+    try:  # load the CUDA runtime through cupy first, so libnvcomp's dependency resolves
+        import cupy
+
+        cupy.cuda.runtime.runtimeGetVersion()
+    except Exception:
+        pass
     return ctypes.CDLL(find_libnvcomp())
 
 

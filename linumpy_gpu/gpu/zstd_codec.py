@@ -1,0 +1,135 @@
+"""``NvcompZstdCodec``: zarr's ``zstd`` codec, decoded and encoded on the GPU in batches.
+
+A drop-in for :class:`zarr.codecs.ZstdCodec`: same JSON (``{"name": "zstd", ...}``), same
+validation of ``level`` and ``checksum`` (inherited), frames readable by any zstd. Batches
+arrive through zarr's batched ``decode``/``encode`` (set ``codec_pipeline.batch_size`` large,
+as :func:`gpu_zarr_context` does); the synchronous ``_decode_sync``/``_encode_sync`` used by
+zarr 3.3+'s ``FusedCodecPipeline`` run on the GPU too, one chunk at a time, never silently
+on the CPU. GPU work runs in a worker thread (``asyncio.to_thread``), where it is queued on
+that thread's CUDA stream and waited for through the stream; zarr's event loop never blocks.
+
+nvCOMP exposes no compression level: ``level`` is recorded in the metadata and used by CPU
+writers, the GPU encoder uses nvCOMP's own (about zstd level 1-3 in ratio).
+
+Decoded sizes come from the chunk spec (``prod(shape) * itemsize``), so zstd must directly
+follow the array-to-bytes codec, as every common writer does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from zarr.codecs import ZstdCodec
+
+from ..errors import ChunkDecodeError
+from .zstd_batch import SLOT_ALIGN, codec_for_current_device, round_up
+
+QUALNAME = "linumpy_gpu.gpu.zstd_codec.NvcompZstdCodec"
+
+
+def _is_device(a: Any) -> bool:
+    return hasattr(a, "__cuda_array_interface__")
+
+
+def _on_device(buffer_class: Any) -> bool:
+    return buffer_class.__module__.rsplit(".", 1)[-1] == "gpu"
+
+
+def spec_nbytes(spec: Any) -> int:
+    dtype = spec.dtype.to_native_dtype() if hasattr(spec.dtype, "to_native_dtype") else spec.dtype
+    return math.prod(spec.shape) * np.dtype(dtype).itemsize
+
+
+def decode_frames(frames: list[Any], nbytes: int, what: str) -> list[Any]:
+    """Decode zstd frames (device or host arrays) of ``nbytes`` each to 1-D uint8 cupy
+    arrays; damaged frames raise :class:`ChunkDecodeError`."""
+    codec = codec_for_current_device()
+    if all(_is_device(f) for f in frames):
+        batch = codec.decode_device(frames, nbytes)
+    else:
+        host = [f.get() if _is_device(f) else np.asarray(f) for f in frames]
+        batch = codec.decode_host(host, nbytes)
+    if batch.failures:
+        i, reason = next(iter(sorted(batch.failures.items())))
+        err = ChunkDecodeError(what, f"chunk {i} of a {len(frames)}-chunk zarr batch", reason)
+        if len(batch.failures) > 1:
+            err.add_note(f"{len(batch.failures)} damaged chunks in this batch")
+        raise err
+    return [batch.slot(i) for i in range(len(frames))]
+
+
+def encode_arrays(arrays: list[Any], checksum: bool) -> list[bytes]:
+    """Compress equally sized 1-D uint8 device arrays into zstd frames."""
+    import cupy
+
+    nbytes = int(arrays[0].size)
+    stride = round_up(max(nbytes, 1), SLOT_ALIGN)
+    packed = cupy.empty(max(1, stride * len(arrays)), dtype=np.uint8)
+    for i, a in enumerate(arrays):
+        packed[i * stride : i * stride + nbytes] = a
+    return codec_for_current_device().encode(packed, nbytes, len(arrays), stride, checksum)
+
+
+class NvcompZstdCodec(ZstdCodec):
+    """zarr's zstd codec with nvCOMP batched decode/encode on the current cupy device."""
+
+    def _decode_batch(self, items: list[tuple[Any, Any]]) -> list[Any]:
+        out: list[Any] = [None] * len(items)
+        groups: dict[int, list[int]] = {}
+        for i, (buf, spec) in enumerate(items):
+            if buf is not None:
+                groups.setdefault(spec_nbytes(spec), []).append(i)
+        for nbytes, idx in groups.items():
+            frames = [items[i][0].as_array_like() for i in idx]
+            decoded = decode_frames([f.reshape(-1).view(np.uint8) for f in frames], nbytes, "zstd")
+            for i, d in zip(idx, decoded, strict=True):
+                proto = items[i][1].prototype.buffer
+                out[i] = proto.from_array_like(d if _on_device(proto) else d.get())
+        return out
+
+    def _encode_batch(self, items: list[tuple[Any, Any]]) -> list[Any]:
+        import cupy
+
+        out: list[Any] = [None] * len(items)
+        groups: dict[int, list[int]] = {}
+        for i, (buf, _spec) in enumerate(items):
+            if buf is not None:
+                groups.setdefault(len(buf), []).append(i)
+        for _, idx in groups.items():
+            arrays = [
+                cupy.asarray(items[i][0].as_array_like()).reshape(-1).view(np.uint8) for i in idx
+            ]
+            frames = encode_arrays(arrays, self.checksum)
+            for i, frame in zip(idx, frames, strict=True):
+                out[i] = items[i][1].prototype.buffer.from_bytes(frame)
+        return out
+
+    async def decode(self, chunks_and_specs: Iterable[tuple[Any, Any]]) -> Iterable[Any]:
+        items = list(chunks_and_specs)
+        return await asyncio.to_thread(self._decode_batch, items)
+
+    async def encode(self, chunks_and_specs: Iterable[tuple[Any, Any]]) -> Iterable[Any]:
+        items = list(chunks_and_specs)
+        return await asyncio.to_thread(self._encode_batch, items)
+
+    async def _decode_single(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
+        return (await self.decode([(chunk_bytes, chunk_spec)]))[0]
+
+    async def _encode_single(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
+        return (await self.encode([(chunk_bytes, chunk_spec)]))[0]
+
+    def _decode_sync(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
+        return self._decode_batch([(chunk_bytes, chunk_spec)])[0]
+
+    def _encode_sync(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
+        return self._encode_batch([(chunk_bytes, chunk_spec)])[0]
+
+
+def ensure_registered() -> None:
+    from zarr.registry import register_codec
+
+    register_codec("zstd", NvcompZstdCodec, qualname=QUALNAME)

@@ -1,0 +1,245 @@
+"""NvcompZstdCodec, the batched GPU zstd, gpu_zarr_context and GDSStore."""
+
+from __future__ import annotations
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import ZstdCodec
+
+import linumpy_gpu as lg
+
+from .writers import volume, write_zarr_variant
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def cp():
+    import cupy
+
+    return cupy
+
+
+def _gpu_batch():
+    from linumpy_gpu.gpu.zstd_batch import codec_for_current_device
+
+    return codec_for_current_device()
+
+
+@pytest.mark.parametrize("checksum", [False, True])
+def test_cpu_written_frames_decode_on_gpu(cp, checksum):
+    data = volume(shape=(16, 32, 64))
+    raw = data.tobytes()
+    frames = [numcodecs.Zstd(level=level, checksum=checksum).encode(raw) for level in range(-5, 23)]
+    batch = _gpu_batch().decode_host(frames, len(raw))
+    assert not batch.failures, batch.failures
+    for i in range(len(frames)):
+        assert batch.slot(i).get().tobytes() == raw
+
+
+def test_frames_without_content_size_decode_on_gpu(cp, tmp_path):
+    """tensorstore writes frames without a content size: the size comes from the spec."""
+    import tensorstore as ts
+
+    from .writers import write_tensorstore
+
+    data = volume()
+    arr = write_tensorstore(tmp_path / "ts.zarr", data, sharded=False)
+    frame = (tmp_path / "ts.zarr" / "c" / "0" / "0" / "0").read_bytes()
+    fhd = frame[4]
+    assert fhd >> 6 == 0 and not (fhd >> 5) & 1, "expected a frame without content size"
+    batch = _gpu_batch().decode_host([frame], 8 * 10 * 7 * 2)
+    assert not batch.failures
+    np.testing.assert_array_equal(
+        batch.slot(0).get().view("u2").reshape(8, 10, 7), arr[:8, :10, :7]
+    )
+    del ts
+
+
+@pytest.mark.parametrize("checksum", [False, True])
+def test_gpu_written_frames_decode_with_cpu_zstd(cp, checksum):
+    data = cp.asarray(volume(shape=(8, 64, 64))).reshape(-1).view(np.uint8)
+    from linumpy_gpu.gpu.zstd_codec import encode_arrays
+
+    chunks = [data, cp.ascontiguousarray(data[::-1]), cp.zeros_like(data)]
+    frames = encode_arrays(chunks, checksum)
+    for frame, chunk in zip(frames, chunks, strict=True):
+        assert bool(frame[4] & 0x04) == checksum
+        assert numcodecs.Zstd().decode(frame) == chunk.get().tobytes()
+    if checksum:
+        broken = bytearray(frames[0])
+        broken[-1] ^= 0xFF
+        with pytest.raises(RuntimeError):
+            numcodecs.Zstd().decode(bytes(broken))
+        batch = _gpu_batch().decode_host([bytes(broken)], data.size)
+        assert "checksum" in batch.failures[0]
+
+
+def test_checksum_mismatch_is_detected_on_gpu(cp):
+    raw = volume(shape=(8, 32, 32)).tobytes()
+    frame = bytearray(numcodecs.Zstd(level=3, checksum=True).encode(raw))
+    frame[-2] ^= 0x10
+    batch = _gpu_batch().decode_host([bytes(frame)], len(raw))
+    assert 0 in batch.failures and "checksum" in batch.failures[0].lower()
+
+
+def test_codec_validates_like_zarr_and_serialises_as_zstd():
+    from linumpy_gpu.gpu.zstd_codec import NvcompZstdCodec
+
+    assert (
+        NvcompZstdCodec(level=5, checksum=True).to_dict()
+        == ZstdCodec(level=5, checksum=True).to_dict()
+    )
+    for bad in [dict(level="3"), dict(checksum="yes"), dict(level=1.5)]:
+        with pytest.raises(Exception) as ours:
+            NvcompZstdCodec(**bad)
+        with pytest.raises(Exception) as theirs:
+            ZstdCodec(**bad)
+        assert type(ours.value) is type(theirs.value)
+        assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "v3-zstd",
+        "v3-zstd-checksum",
+        "v3-sharded-zstd",
+        "v3-transpose-crc32c",
+        "v2-zstd-dot",
+        "v2-blosc-lz4-shuffle",
+        "v2-gzip-fortran-bigendian",
+        "v3-blosc-zstd-bitshuffle",
+    ],
+)
+def test_plain_zarr_inside_context_returns_cupy(tmp_path, cp, variant):
+    data = volume()
+    write_zarr_variant(tmp_path / "a.zarr", variant, data)
+    expected = zarr.open_array(str(tmp_path / "a.zarr"), mode="r")[...]
+    with lg.gpu_zarr_context():
+        arr = zarr.open_array(str(tmp_path / "a.zarr"), mode="r")
+        got = arr[...]
+        assert isinstance(got, cp.ndarray)
+        np.testing.assert_array_equal(got.get(), expected)
+        np.testing.assert_array_equal(arr[3:9, ::2, 5].get(), expected[3:9, ::2, 5])
+
+
+def test_context_uses_our_codec_and_restores_settings_even_on_error(tmp_path, cp):
+    from linumpy_gpu.gpu.zstd_codec import NvcompZstdCodec
+
+    write_zarr_variant(tmp_path / "a.zarr", "v3-zstd", volume())
+    before = {
+        k: zarr.config.get(k)
+        for k in ("buffer", "ndbuffer", "codec_pipeline.batch_size", "async.concurrency")
+    }
+    before_codec = zarr.config.get("codecs.zstd")
+    with pytest.raises(KeyError), lg.gpu_zarr_context():
+        arr = zarr.open_array(str(tmp_path / "a.zarr"), mode="r")
+        assert isinstance(arr.metadata.codecs[1], NvcompZstdCodec)
+        assert zarr.config.get("codec_pipeline.batch_size") >= 1024
+        with lg.gpu_zarr_context(batch_size=7):
+            assert zarr.config.get("codec_pipeline.batch_size") == 7
+        assert zarr.config.get("codec_pipeline.batch_size") >= 1024
+        raise KeyError("boom")
+    assert {k: zarr.config.get(k) for k in before} == before
+    assert zarr.config.get("codecs.zstd") == before_codec
+    arr = zarr.open_array(str(tmp_path / "a.zarr"), mode="r")
+    assert type(arr.metadata.codecs[1]) is ZstdCodec
+    from zarr.codecs._v2 import V2Codec
+
+    assert "decode" not in vars(V2Codec)
+
+
+def test_writes_inside_context_are_readable_by_cpu_zarr(tmp_path, cp):
+    data = volume(shape=(20, 30, 40))
+    with lg.gpu_zarr_context():
+        arr = zarr.create_array(
+            str(tmp_path / "w.zarr"),
+            shape=data.shape,
+            chunks=(8, 16, 16),
+            dtype=data.dtype,
+            compressors=[ZstdCodec(level=3, checksum=True)],
+        )
+        arr[...] = cp.asarray(data)
+        v2 = zarr.create_array(
+            str(tmp_path / "w2.zarr"),
+            shape=data.shape,
+            chunks=(8, 16, 16),
+            dtype=data.dtype,
+            zarr_format=2,
+            compressors=numcodecs.Blosc(),
+        )
+        v2[...] = cp.asarray(data)
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "w.zarr"))[...], data)
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "w2.zarr"))[...], data)
+
+
+def test_fused_codec_pipeline_is_supported_on_gpu(tmp_path, cp):
+    if "FusedCodecPipeline" not in dir(__import__("zarr.core.codec_pipeline", fromlist=["x"])):
+        pytest.skip(f"zarr {zarr.__version__} has no FusedCodecPipeline (3.3+)")
+    data = volume()
+    write_zarr_variant(tmp_path / "a.zarr", "v3-zstd", data, missing_fraction=0)
+    calls = []
+    from linumpy_gpu.gpu import zstd_codec
+
+    original = zstd_codec.decode_frames
+
+    def spy(frames, nbytes, what):
+        calls.append(len(frames))
+        return original(frames, nbytes, what)
+
+    zstd_codec.decode_frames = spy
+    try:
+        with (
+            lg.gpu_zarr_context(),
+            zarr.config.set({"codec_pipeline.path": "zarr.core.codec_pipeline.FusedCodecPipeline"}),
+        ):
+            arr = zarr.open_array(str(tmp_path / "a.zarr"), mode="r")
+            got = arr[...]
+    finally:
+        zstd_codec.decode_frames = original
+    np.testing.assert_array_equal(got.get(), data)
+    assert calls, "the fused pipeline must decode through nvCOMP, not a silent CPU fallback"
+
+
+def test_gds_store_reads_ranges_and_writes(tmp_path, cp):
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+    from zarr.core.buffer import cpu, default_buffer_prototype, gpu
+    from zarr.core.sync import sync
+
+    from linumpy_gpu.gpu import GDSStore
+    from linumpy_gpu.gpu.gds_store import gds_mode
+
+    payload = bytes(range(256)) * 40
+    (tmp_path / "obj").write_bytes(payload)
+    store = GDSStore(tmp_path)
+    assert store.mode == gds_mode() and store.mode in (
+        "native GDS",
+        "compatibility (POSIX reads, no GDS)",
+    )
+    host = default_buffer_prototype()
+    dev = gpu.buffer_prototype
+    for proto in (host, dev):
+        assert sync(store.get("obj", proto)).to_bytes() == payload
+        assert (
+            sync(store.get("obj", proto, RangeByteRequest(10, 300))).to_bytes() == payload[10:300]
+        )
+        assert sync(store.get("obj", proto, OffsetByteRequest(9000))).to_bytes() == payload[9000:]
+        assert sync(store.get("obj", proto, SuffixByteRequest(17))).to_bytes() == payload[-17:]
+        assert sync(store.get("missing", proto)) is None
+    got = sync(store.get_partial_values(dev, [("obj", RangeByteRequest(0, 5)), ("obj", None)]))
+    assert [g.to_bytes() for g in got] == [payload[:5], payload]
+    assert isinstance(sync(store.get("obj", dev)).as_array_like(), cp.ndarray)
+    sync(store.set("new/obj", gpu.Buffer.from_bytes(b"hello gds")))
+    assert (tmp_path / "new" / "obj").read_bytes() == b"hello gds"
+    sync(store.set("new/host", cpu.Buffer.from_bytes(b"from host")))
+    assert (tmp_path / "new" / "host").read_bytes() == b"from host"
+    # a whole zarr array through the store, with GPU buffers
+    data = volume()
+    write_zarr_variant(tmp_path / "a.zarr", "v3-sharded-zstd", data)
+    expected = zarr.open_array(str(tmp_path / "a.zarr"), mode="r")[...]
+    with lg.gpu_zarr_context():
+        arr = zarr.open_array(GDSStore(tmp_path / "a.zarr", read_only=True), mode="r")
+        np.testing.assert_array_equal(arr[...].get(), expected)

@@ -1,0 +1,149 @@
+"""GPU reads (open_ome_zarr_gpu): cupy results equal to the CPU engine and zarr-python."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import zarr
+
+import linumpy_gpu as lg
+from linumpy_gpu.engine import ChunkedArrayReader
+
+from .writers import ZARR_VARIANTS, volume, write_ome_zarr_py, write_tensorstore, write_zarr_variant
+
+pytestmark = pytest.mark.gpu
+
+REGIONS = [
+    (),
+    (slice(3, 20), slice(5, 33, 3), slice(None, None, -2)),
+    (5, Ellipsis, slice(-9, None)),
+    (slice(None, None, 7), 0, 40),
+]
+
+
+@pytest.fixture(scope="module")
+def cp():
+    import cupy
+
+    return cupy
+
+
+def gpu_reader(arr):
+    from linumpy_gpu.gpu.backend import GpuBackend
+
+    return ChunkedArrayReader(arr, GpuBackend(0), batch_bytes=64 << 10)
+
+
+def test_info_reports_the_stack():
+    from linumpy_gpu.gpu import info
+
+    report = info()
+    for key in ("gpu", "cuda driver", "cupy", "nvcomp", "kvikio", "gds mode"):
+        assert key in report, report
+    assert "." in report["nvcomp"]
+
+
+@pytest.mark.parametrize("variant", sorted(ZARR_VARIANTS))
+def test_every_zarr_variant_on_gpu(tmp_path, cp, variant):
+    data = volume()
+    arr = write_zarr_variant(tmp_path / "a.zarr", variant, data)
+    reader = gpu_reader(arr)
+    full = arr[...]
+    for region in REGIONS:
+        got = reader.read(region)
+        assert isinstance(got, cp.ndarray)
+        np.testing.assert_array_equal(got.get(), full[region], err_msg=f"{variant} {region}")
+
+
+def test_shared_data_on_gpu_equals_cpu(shared_data, cp):
+    root = shared_data / "ome-zarr-examples" / "data" / "valid"
+    for name in ["image-01.zarr", "image-02.zarr", "image-03.zarr", "image-04.zarr"]:
+        gimg = lg.open_ome_zarr_gpu(root / name)
+        cimg = lg.open_ome_zarr(root / name)
+        assert gimg.device == "cuda:0"
+        for g, c in zip(gimg.levels, cimg.levels, strict=True):
+            got = g[...]
+            assert isinstance(got, cp.ndarray)
+            np.testing.assert_array_equal(got.get(), c[...])
+    plate = lg.open_ome_zarr_gpu(root / "plate-01.zarr")
+    np.testing.assert_array_equal(plate.image("A", "1")[0][:5, :5].get(), np.zeros((5, 5)))
+    for name in ["v1", "v2"]:
+        path = shared_data / "ome-zarr-py-tests" / "tests" / "data" / name
+        np.testing.assert_array_equal(
+            lg.open_ome_zarr_gpu(path)[0][...].get(), lg.open_ome_zarr(path)[0][...]
+        )
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_tensorstore_on_gpu(tmp_path, cp, sharded):
+    data = volume()
+    arr = write_tensorstore(tmp_path / "ts.zarr", data, sharded)
+    reader = gpu_reader(arr)
+    for region in REGIONS:
+        np.testing.assert_array_equal(reader.read(region).get(), data[region])
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_ome_zarr_py_on_gpu(tmp_path, cp, version):
+    data = volume(shape=(2, 12, 40, 36))
+    path = write_ome_zarr_py(tmp_path / "img.zarr", data, version)
+    img = lg.open_ome_zarr_gpu(path)
+    cimg = lg.open_ome_zarr(path)
+    for g, c in zip(img.levels, cimg.levels, strict=True):
+        np.testing.assert_array_equal(g[...].get(), c[...])
+    np.testing.assert_array_equal(img.labels["cells"][0][...].get(), (data[0] % 5).astype("u4"))
+
+
+def test_written_sample_full_and_tiles(tmp_path, cp):
+    from linumpy_gpu.sample import write_sample
+
+    write_sample(tmp_path / "s.zarr")
+    img = lg.open_ome_zarr_gpu(tmp_path / "s.zarr")
+    ref = zarr.open_array(str(tmp_path / "s.zarr" / "0"), mode="r")[...]
+    np.testing.assert_array_equal(img[0][...].get(), ref)
+    np.testing.assert_array_equal(img[0][10:50, ::3, 100:200].get(), ref[10:50, ::3, 100:200])
+    out = cp.zeros((40, 86, 100), dtype="u2")
+    assert img[0].read((slice(10, 50), slice(None, None, 3), slice(100, 200)), out=out) is out
+    np.testing.assert_array_equal(out.get(), ref[10:50, ::3, 100:200])
+    with pytest.raises(lg.OutputMismatchError):
+        img[0].read((slice(0, 2),), out=np.empty((2, 256, 256), dtype="u2"))
+    d = img[0].to_dask()
+    block = d.blocks[0, 0, 0].compute()
+    assert isinstance(block, cp.ndarray)
+    assert float(d.sum().compute()) == float(ref.astype(np.float64).sum())
+
+
+def test_auto_device_picks_the_gpu(tmp_path):
+    from linumpy_gpu.sample import write_sample
+
+    write_sample(tmp_path / "s.zarr", levels=1)
+    assert lg.open_ome_zarr(tmp_path / "s.zarr", device="auto").device == "cuda:0"
+
+
+def test_threads_read_one_image_concurrently(tmp_path, cp):
+    data = volume(shape=(40, 64, 64))
+    arr = write_zarr_variant(
+        tmp_path / "a.zarr", "v3-sharded-zstd", data, chunks=(8, 16, 16), missing_fraction=0.1
+    )
+    reader = gpu_reader(arr)
+    full = arr[...]
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(20):
+                z = int(rng.integers(0, 30))
+                got = reader.read((slice(z, z + 10), slice(None), slice(5, 60, 2))).get()
+                np.testing.assert_array_equal(got, full[z : z + 10, :, 5:60:2])
+        except Exception as exc:  # reported below, in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
