@@ -111,7 +111,7 @@ def _info() -> int:
     if missing:
         print("GPU path unavailable: needs " + "; ".join(missing))
         return 0
-    from .gpu.info import info
+    from .gpu.report import info
 
     for key, value in info().items():
         print(f"{key}: {value}")

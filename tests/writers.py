@@ -59,6 +59,7 @@ ZARR_VARIANTS = {
     "v2-blosc-lz4-shuffle": dict(zarr_format=2, compressors=numcodecs.Blosc("lz4", shuffle=1)),
     "v2-blosc-zstd-bitshuffle": dict(zarr_format=2, compressors=numcodecs.Blosc("zstd", shuffle=2)),
     "v2-gzip-fortran-bigendian": dict(zarr_format=2, compressors=numcodecs.GZip(5), order="F"),
+    "v2-gzip-fortran": dict(zarr_format=2, compressors=numcodecs.GZip(5), order="F"),
     "v2-zlib": dict(zarr_format=2, compressors=numcodecs.Zlib(3)),
     "v2-lz4": dict(zarr_format=2, compressors=numcodecs.LZ4()),
     "v2-uncompressed": dict(zarr_format=2, compressors=None),

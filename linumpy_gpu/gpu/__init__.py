@@ -9,7 +9,7 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "info": ".info",
+    "info": ".report",
     "NvcompZstdCodec": ".zstd_codec",
     "gpu_zarr_context": ".context",
     "GDSStore": ".gds_store",
