@@ -125,7 +125,7 @@ def test_auto_device_picks_the_gpu(tmp_path):
 def test_threads_read_one_image_concurrently(tmp_path, cp):
     data = volume(shape=(40, 64, 64))
     arr = write_zarr_variant(
-        tmp_path / "a.zarr", "v3-sharded-zstd", data, chunks=(8, 16, 16), missing_fraction=0.1
+        tmp_path / "a.zarr", "v3-sharded-zstd", data, missing_fraction=0.1
     )
     reader = gpu_reader(arr)
     full = arr[...]
