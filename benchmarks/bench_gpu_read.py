@@ -1,11 +1,14 @@
-"""Full-level GPU reads: linumpy_gpu against its peers, in one run (a benchmark, not a test).
+"""GPU reads: linumpy_gpu against its peers, in one run (a benchmark, not a test).
 
-    python benchmarks/bench_gpu_read.py --dir /tmp/bench [--cases design-128] [--json out.json]
+    python benchmarks/bench_gpu_read.py --dir /tmp/bench --cases design-128,design-64 \
+        [--peers all|fast] [--cold] [--tiles 24] [--json out.json]
 
-For each case a volume is made once (NGFF 0.5, zstd level 3), every reader's result is
-checked equal to zarr-python's before anything is timed, then each reader is timed
-``--repeat`` times with a warm page cache; the best time counts. GB/s are decoded bytes
-landing in GPU memory per second.
+For each case a volume is made once (NGFF 0.5, zstd level 3). Every reader's result is
+checked equal to zarr-python's before it is timed; each is then timed ``--repeat`` times
+with a warm page cache and the best time counts. GB/s are decoded bytes landing in GPU
+memory per second (host readers include their one host-to-device copy). ``--cold`` drops
+the page cache (root only) before timed cold reads and measures the raw disk rate of the
+same files. Results print as markdown and go to ``--json``.
 """
 
 from __future__ import annotations
@@ -14,16 +17,18 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import zarr
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gpu_volume import make_volume  # noqa: E402
+from gpu_volume import make_uncompressed_copy, make_volume  # noqa: E402
 
 CASES = {
     "design-128": dict(shape=(2048, 1024, 1024), chunks=(128, 128, 128)),
@@ -34,74 +39,250 @@ CASES = {
 }
 
 
-def readers(path: str, array_path: str) -> dict[str, Callable[[], Any]]:
+def sync() -> None:
     import cupy
 
+    cupy.cuda.Device().synchronize()
+
+
+def our_readers(path: str, array_path: str) -> dict[str, Callable[[], Any]]:
     import linumpy_gpu as lg
 
-    out: dict[str, Callable[[], Any]] = {}
-    cpu_arr = zarr.open_array(array_path, mode="r")
-    out["zarr-python CPU + copy"] = lambda: cupy.asarray(cpu_arr[...])
     level = lg.open_ome_zarr_gpu(path)[0]
-    out["linumpy_gpu open_ome_zarr_gpu"] = lambda: level[...]
 
     def context_read():
         with lg.gpu_zarr_context():
             return zarr.open_array(array_path, mode="r")[...]
 
-    out["linumpy_gpu gpu_zarr_context (plain zarr)"] = context_read
+    return {
+        "linumpy_gpu open_ome_zarr_gpu": lambda: level[...],
+        "linumpy_gpu gpu_zarr_context (plain zarr)": context_read,
+    }
+
+
+def peer_readers(array_path: str, raw_path: str | None, which: str) -> dict[str, Callable[[], Any]]:
+    import cupy
+
+    out: dict[str, Callable[[], Any]] = {}
+    cpu_arr = zarr.open_array(array_path, mode="r")
+    out["zarr-python CPU + copy"] = lambda: cupy.asarray(cpu_arr[...])
+    if which == "fast":
+        return out
+
+    def enable_gpu():
+        with zarr.config.enable_gpu():
+            return zarr.open_array(array_path, mode="r")[...]
+
+    out["zarr-python enable_gpu()"] = enable_gpu
+    try:
+        import zarrs  # noqa: F401
+
+        def zarrs_read():
+            with zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"}):
+                return cupy.asarray(zarr.open_array(array_path, mode="r")[...])
+
+        out["zarrs + copy"] = zarrs_read
+    except ImportError:
+        pass
+    try:
+        import tensorstore as ts
+
+        spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": array_path}}
+        out["tensorstore + copy"] = lambda: cupy.asarray(ts.open(spec).result().read().result())
+    except ImportError:
+        pass
+    if raw_path is not None:
+        try:
+            from kvikio.zarr import GDSStore as KvikioGDSStore
+
+            def kvikio_read():
+                with zarr.config.enable_gpu():
+                    return zarr.open_array(KvikioGDSStore(raw_path), mode="r")[...]
+
+            out["kvikio GDSStore (uncompressed copy)"] = kvikio_read
+        except ImportError:
+            pass
     return out
 
 
-def run_case(name: str, spec: dict, base: str, repeat: int) -> list[dict]:
+def time_reader(fn: Callable[[], Any], repeat: int) -> tuple[float, float]:
+    """Best seconds, and peak device bytes held by cupy's pool during a read."""
     import cupy
 
-    path = os.path.join(base, f"{name}.ome.zarr")
+    pool = cupy.get_default_memory_pool()
+    times, peak = [], 0
+    for _ in range(repeat):
+        pool.free_all_blocks()
+        sync()
+        t0 = time.perf_counter()
+        got = fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+        peak = max(peak, pool.total_bytes())
+        del got
+    pool.free_all_blocks()
+    return min(times), peak
+
+
+def drop_caches() -> bool:
+    try:
+        subprocess.run(["sync"], check=True)
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def raw_read_rate(array_path: str) -> float:
+    """Compressed bytes/s reading every chunk file once with 32 threads (cache dropped)."""
+    files = [os.path.join(d, f) for d, _, fs in os.walk(array_path) for f in fs]
+
+    def read(p):
+        with open(p, "rb", buffering=0) as f:
+            return len(f.read())
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(32) as pool:
+        total = sum(pool.map(read, files))
+    return total / (time.perf_counter() - t0)
+
+
+def tile_rate(level: Any, n: int, size: int = 256, seed: int = 0) -> tuple[float, dict]:
+    rng = np.random.default_rng(seed)
+    starts = [tuple(int(rng.integers(0, s - size + 1)) for s in level.shape) for _ in range(n)]
+    level[tuple(slice(a, a + size) for a in starts[0])]  # warm: shard indexes, kernels
+    sync()
+    t0 = time.perf_counter()
+    for st in starts:
+        level[tuple(slice(a, a + size) for a in st)]
+    sync()
+    dt = time.perf_counter() - t0
+    return n * size**3 * level.dtype.itemsize / dt / 1e9, dict(level._reader.last_profile)
+
+
+def run_case(name: str, spec: dict, args: argparse.Namespace) -> list[dict]:
+    import cupy
+
+    import linumpy_gpu as lg
+    from linumpy_gpu.gpu.staging import staging_pool
+
+    path = os.path.join(args.dir, f"{name}.ome.zarr")
     t0 = time.perf_counter()
     array_path = make_volume(path, **spec)
+    raw_path = None
+    if args.peers == "all" and name in args.raw_for.split(","):
+        raw_path = make_uncompressed_copy(array_path, os.path.join(args.dir, f"{name}-raw.zarr"))
     made = time.perf_counter() - t0
     ref = zarr.open_array(array_path, mode="r")
     nbytes = ref.nbytes
     stored = sum(
         os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(array_path) for f in fs
     )
+    ratio = nbytes / stored
     print(
         f"\n## {name}: shape {ref.shape}, chunks {ref.chunks}, shards {ref.shards}, "
-        f"{nbytes / 1e9:.2f} GB decoded, ratio {nbytes / stored:.2f} (made in {made:.1f} s)"
+        f"{nbytes / 1e9:.2f} GB decoded, zstd ratio {ratio:.2f} (made in {made:.1f} s)",
+        flush=True,
     )
     expected = cupy.asarray(ref[...])
     rows = []
-    for reader_name, fn in readers(path, array_path).items():
-        got = fn()
-        cupy.cuda.Device().synchronize()
-        assert got.shape == expected.shape and bool((got == expected).all()), reader_name
-        del got
-        times = []
-        for _ in range(repeat):
-            cupy.get_default_memory_pool().free_all_blocks()
-            cupy.cuda.Device().synchronize()
-            t0 = time.perf_counter()
+    readers = {**peer_readers(array_path, raw_path, args.peers), **our_readers(path, array_path)}
+    for reader_name, fn in readers.items():
+        try:
             got = fn()
-            cupy.cuda.Device().synchronize()
-            times.append(time.perf_counter() - t0)
+            sync()
+            equal = got.shape == expected.shape and bool((got == expected).all())
             del got
-        best = min(times)
+        except Exception as exc:  # a peer that cannot read this layout is reported, not fatal
+            rows.append(
+                {"case": name, "reader": reader_name, "error": f"{type(exc).__name__}: {exc}"[:200]}
+            )
+            continue
+        if not equal:
+            rows.append(
+                {"case": name, "reader": reader_name, "error": "result differs from zarr-python"}
+            )
+            continue
+        repeat = args.repeat if reader_name.startswith("linumpy") else max(1, args.repeat - 1)
+        best, peak = time_reader(fn, repeat)
+        row = {
+            "case": name,
+            "reader": reader_name,
+            "seconds": best,
+            "gbps": nbytes / best / 1e9,
+            "peak_device_bytes": peak,
+            "peak_over_output": peak / nbytes,
+        }
+        if reader_name == "linumpy_gpu open_ome_zarr_gpu":
+            level = lg.open_ome_zarr_gpu(path)[0]
+            level[...]
+            sync()
+            row["profile"] = dict(level._reader.last_profile)
+            row["pinned_staging_bytes"] = staging_pool().allocated
+            row["pinned_cap_bytes"] = staging_pool().cap
+        rows.append(row)
+        print(f"  {reader_name}: {row['gbps']:.2f} GB/s", flush=True)
+    del expected
+    cupy.get_default_memory_pool().free_all_blocks()
+    if args.tiles:
+        level = lg.open_ome_zarr_gpu(path)[0]
+        rate, profile = tile_rate(level, args.tiles)
         rows.append(
             {
                 "case": name,
-                "reader": reader_name,
-                "seconds": best,
-                "gbps": nbytes / best / 1e9,
-                "bytes": nbytes,
+                "reader": f"linumpy_gpu random 256^3 tiles (x{args.tiles})",
+                "gbps": rate,
+                "profile": profile,
             }
         )
-    del expected
-    cupy.get_default_memory_pool().free_all_blocks()
-    base_rate = rows[0]["gbps"]
-    print("| reader | GB/s | x zarr-python |\n|---|---|---|")
+    if args.cold and drop_caches():
+        raw = raw_read_rate(array_path)
+        drop_caches()
+        level = lg.open_ome_zarr_gpu(path)[0]
+        sync()
+        t0 = time.perf_counter()
+        level[...]
+        sync()
+        cold = nbytes / (time.perf_counter() - t0)
+        ceiling = raw * ratio
+        rows.append(
+            {
+                "case": name,
+                "reader": "linumpy_gpu open_ome_zarr_gpu, cold cache",
+                "gbps": cold / 1e9,
+                "raw_disk_gbps": raw / 1e9,
+                "ceiling_gbps": ceiling / 1e9,
+                "fraction_of_ceiling": cold / ceiling,
+                "profile": dict(level._reader.last_profile),
+            }
+        )
+    base = next(
+        (r["gbps"] for r in rows if r["reader"] == "zarr-python CPU + copy" and "gbps" in r), None
+    )
+    print("| reader | GB/s | x zarr-python | peak device / output |\n|---|---|---|---|")
     for r in rows:
-        r["x_zarr_python"] = r["gbps"] / base_rate
-        print(f"| {r['reader']} | {r['gbps']:.2f} | {r['x_zarr_python']:.1f} |")
+        if "error" in r:
+            print(f"| {r['reader']} | failed: {r['error']} | | |")
+            continue
+        x = f"{r['gbps'] / base:.1f}" if base else "-"
+        peak = f"{r['peak_over_output']:.2f}" if "peak_over_output" in r else "-"
+        print(f"| {r['reader']} | {r['gbps']:.2f} | {x} | {peak} |")
+    for r in rows:
+        if "profile" in r:
+            print(
+                f"  profile {r['reader']}: "
+                + ", ".join(
+                    f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in r["profile"].items()
+                )
+            )
+        if "ceiling_gbps" in r:
+            print(
+                f"  cold: raw disk {r['raw_disk_gbps']:.2f} GB/s compressed x ratio {ratio:.2f} = "
+                f"ceiling {r['ceiling_gbps']:.2f} GB/s; ours {r['gbps']:.2f} "
+                f"({100 * r['fraction_of_ceiling']:.0f}%)"
+            )
     return rows
 
 
@@ -109,11 +290,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="/tmp/linumpy-bench")
     ap.add_argument("--cases", default="design-128")
+    ap.add_argument("--peers", choices=["all", "fast"], default="all")
+    ap.add_argument(
+        "--raw-for", default="design-128", help="cases that get an uncompressed copy for kvikio"
+    )
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tiles", type=int, default=0)
+    ap.add_argument("--cold", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
-    import cupy
-
     from linumpy_gpu.gpu import info
 
     machine = {
@@ -126,11 +311,10 @@ def main() -> None:
     print(machine)
     rows = []
     for name in args.cases.split(","):
-        rows += run_case(name, CASES[name], args.dir, args.repeat)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": machine, "results": rows}, f, indent=2, default=str)
-    del cupy
+        rows += run_case(name, CASES[name], args)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"machine": machine, "results": rows}, f, indent=2, default=str)
 
 
 if __name__ == "__main__":

@@ -79,3 +79,8 @@ class DeviceFallbackWarning(LinumpyGpuWarning):
 
 class DamagedChunkWarning(LinumpyGpuWarning):
     """A read with ``on_damaged="fill"`` met damaged chunks and filled their place."""
+
+
+class DeviceMemoryError(LinumpyGpuError, MemoryError):
+    """A read needs more GPU memory than is free. The message says how much is needed and
+    how much is free; read a region (``level[z0:z1]``) or use ``level.to_dask()``."""

@@ -124,9 +124,7 @@ def test_auto_device_picks_the_gpu(tmp_path):
 
 def test_threads_read_one_image_concurrently(tmp_path, cp):
     data = volume(shape=(40, 64, 64))
-    arr = write_zarr_variant(
-        tmp_path / "a.zarr", "v3-sharded-zstd", data, missing_fraction=0.1
-    )
+    arr = write_zarr_variant(tmp_path / "a.zarr", "v3-sharded-zstd", data, missing_fraction=0.1)
     reader = gpu_reader(arr)
     full = arr[...]
     errors = []
@@ -147,3 +145,55 @@ def test_threads_read_one_image_concurrently(tmp_path, cp):
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_seeded_region_sweep_with_out_and_reversed_axes(tmp_path, cp):
+    """The batched scatter kernel: strided, reversed and dropped axes, with and without out=."""
+    data = volume(shape=(23, 37, 41))
+    for variant in ["v3-zstd", "v3-transpose-crc32c", "v2-gzip-fortran", "v3-sharded-zstd"]:
+        arr = write_zarr_variant(tmp_path / f"{variant}.zarr", variant, data)
+        reader = gpu_reader(arr)
+        full = arr[...]
+        rng = np.random.default_rng(3)
+        for _ in range(40):
+            region = []
+            for n in full.shape:
+                if rng.random() < 0.2:
+                    region.append(int(rng.integers(-n, n)))
+                else:
+                    a, b = sorted(int(x) for x in rng.integers(0, n + 1, 2))
+                    step = int(rng.choice([1, 2, 3, 7, -1, -2, -5]))
+                    region.append(slice(a, b, step) if step > 0 else slice(b, a, step))
+            region = tuple(region)
+            expected = full[region]
+            np.testing.assert_array_equal(reader.read(region).get(), expected, err_msg=str(region))
+            out = cp.full(expected.shape, 7, dtype=full.dtype)
+            reader.read(region, out=out)
+            np.testing.assert_array_equal(out.get(), expected, err_msg=f"out= {region}")
+
+
+def test_read_too_large_for_the_gpu_says_so_and_holds_nothing(tmp_path, cp):
+    from linumpy_gpu.gpu.backend import GpuBackend
+
+    data = volume(shape=(16, 16, 16))
+    arr = write_zarr_variant(tmp_path / "a.zarr", "v3-zstd", data, chunks=(8, 8, 8))
+    backend = GpuBackend(0)
+    free = backend.free_bytes()
+    with pytest.raises(lg.DeviceMemoryError, match="level.to_dask"):
+        backend.reserve_for_read(free + (1 << 30), 256 << 20)
+    pool = cp.get_default_memory_pool()
+    before = pool.used_bytes()
+    np.testing.assert_array_equal(gpu_reader(arr).read(()).get(), data)
+    assert pool.used_bytes() == before
+
+
+def test_pinned_staging_stays_within_its_cap(tmp_path, cp):
+    from linumpy_gpu.gpu.staging import staging_pool
+
+    data = volume(shape=(64, 64, 64))
+    arr = write_zarr_variant(
+        tmp_path / "a.zarr", "v3-zstd", data, chunks=(16, 16, 16), missing_fraction=0
+    )
+    np.testing.assert_array_equal(gpu_reader(arr).read(()).get(), data)
+    assert 0 < staging_pool().allocated <= staging_pool().cap
+    assert gpu_reader(arr).last_profile == {}

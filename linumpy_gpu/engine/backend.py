@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ChunkDecodeError, OutputMismatchError
+from .assemble import chunk_array, place
 from .codecs import cpu_decode_bytes
 from .layout import ChunkFormat
 
@@ -37,7 +38,23 @@ class Backend:
     def from_host(self, array: np.ndarray) -> Any:
         raise NotImplementedError
 
-    def decode(self, chunks: Sequence[EncodedChunk], fmt: ChunkFormat, array: str) -> list[Any]:
+    def reserve_for_read(self, out_nbytes: int, batch_bytes: int) -> None:
+        """Refuse up front a read whose output and scratch cannot fit (GPU backends)."""
+
+    def memory_error(self, out_nbytes: int, batch_bytes: int) -> Exception:
+        """The error to raise when a read ran out of memory (after freeing what it held)."""
+        return MemoryError(f"not enough memory for a {out_nbytes / 2**30:.2f} GiB read")
+
+    def acquire_staging(self, nbytes: int) -> Any:
+        """A staging area the fetch stage may read ``nbytes`` into (None: plain memory)."""
+        return None
+
+    def release_staging(self, staging: Any) -> None:
+        """Give back what :meth:`acquire_staging` returned, once its batch is decoded."""
+
+    def decode(
+        self, chunks: Sequence[EncodedChunk], fmt: ChunkFormat, array: str, staging: Any = None
+    ) -> list[Any]:
         """Decode a batch: for each chunk a 1-D uint8 array of ``fmt.nbytes`` bytes, or the
         :class:`ChunkDecodeError` that says why it could not be decoded (the others of the
         batch are still delivered)."""
@@ -45,6 +62,19 @@ class Backend:
 
     def finish(self) -> None:
         """Wait until all work queued for a read is done (a no-op on the CPU)."""
+
+    def place_all(
+        self,
+        work: Any,
+        tasks: Sequence[Any],
+        raws: Sequence[Any],
+        fmt: ChunkFormat,
+        dtype: np.dtype,
+    ) -> None:
+        """Copy the wanted part of each decoded chunk into ``work`` (one engine rule for
+        every backend; a backend may do the same copies in one batched kernel)."""
+        for task, raw in zip(tasks, raws, strict=True):
+            place(work, task.out_region, chunk_array(raw, fmt, dtype), task.chunk_region)
 
     def check_out(self, out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
         if not self.owns(out):
@@ -88,7 +118,7 @@ class CpuBackend(Backend):
         if not out.flags.writeable:
             raise OutputMismatchError("out is read-only")
 
-    def decode(self, chunks, fmt, array):
+    def decode(self, chunks, fmt, array, staging=None):
         def one(item: EncodedChunk) -> np.ndarray | ChunkDecodeError:
             key, data = item
             try:

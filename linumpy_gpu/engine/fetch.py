@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -29,9 +29,16 @@ class ByteRequest:
     suffix: int | None = None
 
 
+Allocator = Callable[[int], "memoryview | None"]
+
+
 class ByteSource(Protocol):
-    def fetch(self, requests: Sequence[ByteRequest]) -> list[memoryview | None]:
-        """The bytes of each request, or None where the object does not exist."""
+    def fetch(
+        self, requests: Sequence[ByteRequest], allocate: Allocator | None = None
+    ) -> list[memoryview | None]:
+        """The bytes of each request, or None where the object does not exist. With
+        ``allocate``, a source may read straight into the buffers it hands out (e.g.
+        pinned staging memory); where it returns None, ordinary memory is used."""
         ...
 
 
@@ -55,7 +62,9 @@ class LocalFileSource:
     def path_of(self, key: str) -> str:
         return os.path.join(self.root, *key.split("/"))
 
-    def read_one(self, request: ByteRequest) -> memoryview | None:
+    def read_one(
+        self, request: ByteRequest, allocate: Allocator | None = None
+    ) -> memoryview | None:
         try:
             fd = os.open(self.path_of(request.key), os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError):
@@ -69,8 +78,9 @@ class LocalFileSource:
                 offset = request.offset
                 end = size if request.length is None else min(size, offset + request.length)
                 length = max(0, end - offset)
-            buf = bytearray(length)
-            view = memoryview(buf)
+            view = allocate(length) if allocate is not None else None
+            if view is None:
+                view = memoryview(bytearray(length))
             done = 0
             while done < length:
                 n = os.preadv(fd, [view[done:]], offset + done)
@@ -81,10 +91,12 @@ class LocalFileSource:
         finally:
             os.close(fd)
 
-    def fetch(self, requests: Sequence[ByteRequest]) -> list[memoryview | None]:
+    def fetch(
+        self, requests: Sequence[ByteRequest], allocate: Allocator | None = None
+    ) -> list[memoryview | None]:
         if len(requests) <= 1:
-            return [self.read_one(r) for r in requests]
-        return list(self.pool(self.threads).map(self.read_one, requests))
+            return [self.read_one(r, allocate) for r in requests]
+        return list(self.pool(self.threads).map(lambda r: self.read_one(r, allocate), requests))
 
 
 class ZarrStoreSource:
@@ -94,7 +106,9 @@ class ZarrStoreSource:
         self.store = store
         self.concurrency = concurrency
 
-    def fetch(self, requests: Sequence[ByteRequest]) -> list[memoryview | None]:
+    def fetch(
+        self, requests: Sequence[ByteRequest], allocate: Allocator | None = None
+    ) -> list[memoryview | None]:
         from zarr.core.sync import sync
 
         return sync(self._fetch_all(requests))

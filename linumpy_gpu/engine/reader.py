@@ -6,7 +6,9 @@ the bytes of batch k+1 are fetched while batch k is decoded and assembled.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -16,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ChunkDecodeError, DamagedChunkWarning
-from .assemble import chunk_array, fill, place
+from ..errors import ChunkDecodeError, DamagedChunkWarning, LinumpyGpuError
+from .assemble import fill
 from .backend import Backend
 from .fetch import ByteRequest, ByteSource, coalesce, source_for
 from .layout import ArrayLayout, layout_of
@@ -33,6 +35,7 @@ class _Fetched:
     tasks: list[ChunkTask]
     keys: list[str]
     data: list[memoryview | None]
+    staging: Any = None
 
 
 class ChunkedArrayReader:
@@ -59,6 +62,7 @@ class ChunkedArrayReader:
         self._index_cache: OrderedDict[str, np.ndarray | None] = OrderedDict()
         self._index_cache_size = index_cache_size
         self._lock = threading.Lock()
+        self.last_profile: dict[str, float] = {}
 
     # -- public ---------------------------------------------------------------------------
 
@@ -77,8 +81,20 @@ class ChunkedArrayReader:
         sel = normalize_selection(index, layout.shape)
         if out is not None:
             self.backend.check_out(out, sel.shape, layout.dtype)
+        try:
+            return self._read(sel, out, progress, on_damaged)
+        except MemoryError as exc:
+            if isinstance(exc, LinumpyGpuError):
+                raise
+            nbytes = sel.size * layout.dtype.itemsize
+            raise self.backend.memory_error(nbytes, self.batch_bytes) from exc
+
+    def _read(self, sel: Selection, out: Any, progress: Any, on_damaged: str) -> Any:
+        layout = self.layout
+        if out is not None:
             work, result = sel.writable_full_view(out), out
         else:
+            self.backend.reserve_for_read(sel.size * layout.dtype.itemsize, self.batch_bytes)
             work = self.backend.empty(sel.full_shape, layout.dtype)
             result = sel.result_view(work)
         if sel.size == 0:
@@ -86,8 +102,12 @@ class ChunkedArrayReader:
         if layout.delegate_reason is not None:
             self._read_delegated(sel, work)
             return result
+        t_start = time.perf_counter()
+        profile = {"plan": 0.0, "fetch": 0.0, "wait_fetch": 0.0, "decode": 0.0, "place": 0.0}
+        self._profile = profile
         tasks = list(plan_chunks(sel, layout.shape, layout.chunk_shape))
         batches = self._batches(tasks)
+        profile["plan"] = time.perf_counter() - t_start
         if progress is not None:
             progress.reset(total=len(tasks))
         damaged: list[ChunkDecodeError] = []
@@ -95,15 +115,27 @@ class ChunkedArrayReader:
             damaged += self._decode_and_place(self._fetch(batches[0]), work, on_damaged)
         else:
             with ThreadPoolExecutor(1, thread_name_prefix="linumpy-prefetch") as prefetch:
-                pending: Future = prefetch.submit(self._fetch, batches[0])
-                for i in range(len(batches)):
-                    fetched = pending.result()
-                    if i + 1 < len(batches):
-                        pending = prefetch.submit(self._fetch, batches[i + 1])
-                    damaged += self._decode_and_place(fetched, work, on_damaged)
-                    if progress is not None:
-                        progress.update(len(fetched.tasks))
+                pending: Future | None = prefetch.submit(self._fetch, batches[0])
+                try:
+                    for i in range(len(batches)):
+                        t0 = time.perf_counter()
+                        fetched = pending.result()
+                        profile["wait_fetch"] += time.perf_counter() - t0
+                        pending = None
+                        if i + 1 < len(batches):
+                            pending = prefetch.submit(self._fetch, batches[i + 1])
+                        damaged += self._decode_and_place(fetched, work, on_damaged)
+                        if progress is not None:
+                            progress.update(len(fetched.tasks))
+                finally:
+                    if pending is not None:  # a failed read still gives its staging back
+                        with contextlib.suppress(Exception):
+                            self.backend.release_staging(pending.result().staging)
         self.backend.finish()
+        profile["total"] = time.perf_counter() - t_start
+        profile["batches"] = len(batches)
+        profile["chunks"] = len(tasks)
+        self.last_profile = profile
         if damaged:
             keys = ", ".join(e.key for e in damaged[:10])
             more = f" and {len(damaged) - 10} more" if len(damaged) > 10 else ""
@@ -123,10 +155,31 @@ class ChunkedArrayReader:
         return [tasks[i : i + per_batch] for i in range(0, len(tasks), per_batch)]
 
     def _fetch(self, tasks: list[ChunkTask]) -> _Fetched:
+        t0 = time.perf_counter()
+        try:
+            return self._fetch_staged(tasks)
+        finally:
+            profile = getattr(self, "_profile", None)
+            if profile is not None:
+                profile["fetch"] += time.perf_counter() - t0
+
+    def _fetch_staged(self, tasks: list[ChunkTask]) -> _Fetched:
+        # Compressed bytes of a batch fit in about its decoded size (zstd/blosc bound).
+        estimate = len(tasks) * (self.layout.chunk.nbytes * 1.01 + 128) + 4096
+        staging = self.backend.acquire_staging(int(estimate))
+        try:
+            return self._fetch_into(tasks, staging)
+        except BaseException:
+            self.backend.release_staging(staging)
+            raise
+
+    def _fetch_into(self, tasks: list[ChunkTask], staging: Any) -> _Fetched:
         layout = self.layout
+        allocate = getattr(staging, "reserve", None)
         if layout.shard_index is None:
             keys = [self._prefix + layout.storage_key(t.coords) for t in tasks]
-            return _Fetched(tasks, keys, self.source.fetch([ByteRequest(k) for k in keys]))
+            data = self.source.fetch([ByteRequest(k) for k in keys], allocate)
+            return _Fetched(tasks, keys, data, staging)
         fmt = layout.shard_index
         shard_keys = [self._prefix + layout.storage_key(shard_coords(t.coords, fmt)) for t in tasks]
         indexes = self._shard_indexes(sorted(set(shard_keys)))
@@ -143,8 +196,11 @@ class ChunkedArrayReader:
                 continue
             slots.append(len(requests))
             requests.append(ByteRequest(shard_key, entry[0], entry[1]))
-        merged, where = coalesce(requests)
-        blobs = self.source.fetch(merged)
+        if allocate is None:
+            merged, where = coalesce(requests)
+        else:  # each inner chunk to its own aligned staging slot, ready for the device
+            merged, where = requests, [(k, 0, r.length or 0) for k, r in enumerate(requests)]
+        blobs = self.source.fetch(merged, allocate)
         data: list[memoryview | None] = []
         for t_key, slot in zip(keys, slots, strict=True):
             if slot is None:
@@ -155,7 +211,7 @@ class ChunkedArrayReader:
             if blob is None or start + length > len(blob):
                 raise ChunkDecodeError(self.name, t_key, "shard is shorter than its index says")
             data.append(blob[start : start + length])
-        return _Fetched(tasks, keys, data)
+        return _Fetched(tasks, keys, data, staging)
 
     def _shard_indexes(self, shard_keys: Sequence[str]) -> dict[str, np.ndarray | None]:
         fmt = self.layout.shard_index
@@ -186,18 +242,31 @@ class ChunkedArrayReader:
     ) -> list[ChunkDecodeError]:
         layout = self.layout
         present = [i for i, d in enumerate(fetched.data) if d is not None]
-        decoded = self.backend.decode(
-            [(fetched.keys[i], fetched.data[i]) for i in present], layout.chunk, self.name
-        )
+        profile = getattr(self, "_profile", None) or {"decode": 0.0, "place": 0.0}
+        t0 = time.perf_counter()
+        try:
+            decoded = self.backend.decode(
+                [(fetched.keys[i], fetched.data[i]) for i in present],
+                layout.chunk,
+                self.name,
+                staging=fetched.staging,
+            )
+        finally:
+            self.backend.release_staging(fetched.staging)
         damaged = []
+        good_tasks, good_raws = [], []
         for i, raw in zip(present, decoded, strict=True):
             task = fetched.tasks[i]
             if isinstance(raw, ChunkDecodeError):
                 damaged.append(raw)
                 fill(work, task.out_region, layout.fill_value)
                 continue
-            chunk = chunk_array(raw, layout.chunk, layout.dtype)
-            place(work, task.out_region, chunk, task.chunk_region)
+            good_tasks.append(task)
+            good_raws.append(raw)
+        t1 = time.perf_counter()
+        profile["decode"] += t1 - t0
+        self.backend.place_all(work, good_tasks, good_raws, layout.chunk, layout.dtype)
+        profile["place"] += time.perf_counter() - t1
         for i, d in enumerate(fetched.data):
             if d is None:
                 fill(work, fetched.tasks[i].out_region, layout.fill_value)

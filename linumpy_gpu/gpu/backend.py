@@ -12,8 +12,12 @@ import numpy as np
 from ..engine.backend import Backend, CpuBackend, EncodedChunk
 from ..engine.codecs import ChecksumMismatch, crc32c_strip
 from ..engine.layout import ChunkFormat
-from ..errors import ChunkDecodeError, OutputMismatchError
+from ..errors import ChunkDecodeError, DeviceMemoryError, OutputMismatchError
+from .kernels import kernel
+from .staging import staging_pool
 from .zstd_batch import SLOT_ALIGN, codec_for_current_device, round_up
+
+MAX_SCATTER_DIMS = 6
 
 _local = threading.local()
 
@@ -39,6 +43,77 @@ class GpuBackend(Backend):
         with self.device:
             return self.xp.empty(shape, dtype=dtype)
 
+    def free_bytes(self) -> int:
+        pool = self.xp.get_default_memory_pool()
+        with self.device:
+            return int(self.device.mem_info[0]) + int(pool.free_bytes())
+
+    def reserve_for_read(self, out_nbytes: int, batch_bytes: int) -> None:
+        # output + decode scratch + compressed staging on the device
+        need = out_nbytes + 2 * min(batch_bytes, out_nbytes)
+        free = self.free_bytes()
+        if need > free:
+            raise self.memory_error(out_nbytes, batch_bytes, free)
+
+    def memory_error(self, out_nbytes: int, batch_bytes: int, free: int | None = None):
+        self.xp.get_default_memory_pool().free_all_blocks()
+        free = self.free_bytes() if free is None else free
+        need = out_nbytes + 2 * min(batch_bytes, out_nbytes)
+        return DeviceMemoryError(
+            f"this read needs about {need / 2**30:.2f} GiB on {self.name} "
+            f"({out_nbytes / 2**30:.2f} GiB of output + decode scratch) but "
+            f"{free / 2**30:.2f} GiB is free: read a smaller region (e.g. level[z0:z1]) "
+            "or use level.to_dask() to process it in blocks"
+        )
+
+    def acquire_staging(self, nbytes: int):
+        return staging_pool().acquire(nbytes)
+
+    def release_staging(self, staging) -> None:
+        if staging is not None:
+            staging_pool().release(staging)
+
+    def place_all(self, work, tasks, raws, fmt, dtype) -> None:
+        """All chunks of a batch into ``work`` with one scatter kernel launch."""
+        itemsize = np.dtype(dtype).itemsize
+        ndim = work.ndim
+        if (
+            not tasks
+            or fmt.needs_byteswap
+            or itemsize not in (1, 2, 4, 8)
+            or not 1 <= ndim <= MAX_SCATTER_DIMS
+        ):
+            return super().place_all(work, tasks, raws, fmt, dtype)
+        chunk_strides = _element_strides(fmt)
+        out_strides = [s // itemsize for s in work.strides]
+        n = len(tasks)
+        jobs = np.zeros((n, 20), dtype=np.int64)
+        chunk_start = np.array([[s.start for s in t.chunk_region] for t in tasks], dtype=np.int64)
+        chunk_step = np.array([[s.step for s in t.chunk_region] for t in tasks], dtype=np.int64)
+        out_start = np.array([[s.start for s in t.out_region] for t in tasks], dtype=np.int64)
+        out_stop = np.array([[s.stop for s in t.out_region] for t in tasks], dtype=np.int64)
+        src_ptr = np.fromiter((r.data.ptr for r in raws), dtype=np.int64, count=n)
+        cs = np.asarray(chunk_strides, dtype=np.int64)
+        ds = np.asarray(out_strides, dtype=np.int64)
+        jobs[:, 0] = src_ptr + (chunk_start * cs).sum(axis=1) * itemsize
+        jobs[:, 1] = work.data.ptr + (out_start * ds).sum(axis=1) * itemsize
+        jobs[:, 2 : 2 + ndim] = out_stop - out_start
+        jobs[:, 8 : 8 + ndim] = cs * chunk_step
+        jobs[:, 14 : 14 + ndim] = ds
+        rows = int(np.prod(jobs[:, 2 : 1 + ndim], axis=1).max()) if ndim > 1 else 1
+        inner = int(jobs[:, 1 + ndim].max())
+        block = 256 if inner >= 256 else max(32, 1 << (inner - 1).bit_length())
+        fn = kernel(f"scatter_{itemsize}")
+        with self.device:
+            d_jobs = self.xp.asarray(jobs)
+            for first in range(0, n, 65535):
+                count = min(65535, n - first)
+                fn(
+                    (min(rows, 4096), count),
+                    (block,),
+                    (d_jobs[first : first + count], np.int32(ndim)),
+                )
+
     def owns(self, array):
         return isinstance(array, self.xp.ndarray) and array.device.id == self.device.id
 
@@ -56,13 +131,15 @@ class GpuBackend(Backend):
     def finish(self) -> None:
         """Reads stay queued on the current stream; nothing to wait for here."""
 
-    def decode(self, chunks: Sequence[EncodedChunk], fmt: ChunkFormat, array: str) -> list[Any]:
+    def decode(
+        self, chunks: Sequence[EncodedChunk], fmt: ChunkFormat, array: str, staging: Any = None
+    ) -> list[Any]:
         with self.device:
             if gpu_decodable(fmt):
-                return self._decode_zstd(chunks, fmt, array)
+                return self._decode_zstd(chunks, fmt, array, staging)
             return self._upload_all(self._cpu.decode(chunks, fmt, array))
 
-    def _decode_zstd(self, chunks, fmt, array) -> list[Any]:
+    def _decode_zstd(self, chunks, fmt, array, staging) -> list[Any]:
         frames: list[Any] = []
         results: list[Any] = [None] * len(chunks)
         positions = []
@@ -76,7 +153,7 @@ class GpuBackend(Backend):
                     continue
             positions.append(i)
             frames.append(data)
-        batch = codec_for_current_device().decode_host(frames, fmt.nbytes)
+        batch = codec_for_current_device().decode_host(frames, fmt.nbytes, staging)
         for slot, i in enumerate(positions):
             reason = batch.failures.get(slot)
             results[i] = (
@@ -107,6 +184,29 @@ class GpuBackend(Backend):
             else:
                 out.append(d)
         return out
+
+
+def _element_strides(fmt: ChunkFormat) -> list[int]:
+    """Element strides of each logical axis in a decoded chunk's memory."""
+    shape = list(fmt.shape)
+    if fmt.transpose is not None:
+        stored = [shape[i] for i in fmt.transpose]
+        c = _c_strides(stored)
+        strides = [0] * len(shape)
+        for pos, axis in enumerate(fmt.transpose):
+            strides[axis] = c[pos]
+        return strides
+    if fmt.order == "F":
+        return _c_strides(shape[::-1])[::-1]
+    return _c_strides(shape)
+
+
+def _c_strides(shape: list[int]) -> list[int]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    return strides[::-1]
 
 
 def _pinned(nbytes: int) -> np.ndarray:

@@ -211,6 +211,36 @@ extern "C" __global__ void xxh64_low32(
     h ^= h >> 33; h *= P2; h ^= h >> 29; h *= P3; h ^= h >> 32;
     out[i] = (u32)(h & 0xFFFFFFFFull);
 }
+
+/* Assemble decoded chunks into the output: one job per chunk, N-D strided copy.
+   Job row (int64): src address, dst address, shape[6], src strides[6], dst strides[6]
+   (strides in elements; dst strides may be negative for reversed views). */
+#define SCATTER(NAME, T) \
+extern "C" __global__ void NAME(const long long* __restrict__ jobs, const int ndim) { \
+    const long long* J = jobs + (long long)blockIdx.y * 20; \
+    const T* src = (const T*)J[0]; \
+    T* dst = (T*)J[1]; \
+    const long long* shape = J + 2; \
+    const long long* ss = J + 8; \
+    const long long* ds = J + 14; \
+    const long long inner = shape[ndim - 1]; \
+    long long rows = 1; \
+    for (int k = 0; k < ndim - 1; ++k) rows *= shape[k]; \
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) { \
+        long long rem = r, so = 0, dof = 0; \
+        for (int k = ndim - 2; k >= 0; --k) { \
+            const long long idx = rem % shape[k]; rem /= shape[k]; \
+            so += idx * ss[k]; dof += idx * ds[k]; \
+        } \
+        const long long si = ss[ndim - 1], di = ds[ndim - 1]; \
+        for (long long i = threadIdx.x; i < inner; i += blockDim.x) \
+            dst[dof + i * di] = src[so + i * si]; \
+    } \
+}
+SCATTER(scatter_1, unsigned char)
+SCATTER(scatter_2, unsigned short)
+SCATTER(scatter_4, unsigned int)
+SCATTER(scatter_8, unsigned long long)
 """
 
 # status -> (meaning, decodable by the CPU as valid zstd)

@@ -90,8 +90,24 @@ class ZstdBatchCodec:
 
     # -- decode -------------------------------------------------------------------------
 
-    def decode_host(self, frames: Sequence[Any], nbytes: int) -> DecodedBatch:
-        """Decode host-resident frames (bytes / memoryviews) of ``nbytes`` each."""
+    def decode_host(self, frames: Sequence[Any], nbytes: int, arena: Any = None) -> DecodedBatch:
+        """Decode host-resident frames (bytes / memoryviews) of ``nbytes`` each. Frames that
+        already sit in pinned ``arena`` (the fetch stage read them there) go to the device
+        in one copy of the arena, without being packed again."""
+        if arena is not None and frames:
+            offsets = [arena.offset_of(f) for f in frames]
+            align = int(self.api.decompress_alignments.input)
+            if all(o is not None and o % align == 0 for o in offsets):
+                self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
+                comp = self._upload(arena.array[: max(arena.used, 1)])
+                sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
+                return self._decode_staged(
+                    comp,
+                    np.asarray(offsets, dtype=np.uint64),
+                    sizes,
+                    nbytes,
+                    lambda i: bytes(frames[i]),
+                )
         align = max(8, int(self.api.decompress_alignments.input))
         sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
         padded = (sizes + np.uint64(align - 1)) // np.uint64(align) * np.uint64(align)
