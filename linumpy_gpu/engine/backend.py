@@ -76,6 +76,27 @@ class Backend:
         for task, raw in zip(tasks, raws, strict=True):
             place(work, task.out_region, chunk_array(raw, fmt, dtype), task.chunk_region)
 
+    # -- writing ------------------------------------------------------------------------
+
+    def from_any(self, array: Any) -> Any:
+        """``array`` (numpy, cupy or anything array-like) as an array of this backend."""
+        raise NotImplementedError
+
+    def gather_chunks(
+        self, data: Any, regions: Sequence[Any], chunk_shape: tuple[int, ...], fill_value: Any
+    ) -> tuple[Any, int]:
+        """Copy ``data[region]`` of each chunk into consecutive full-size chunk slots (edge
+        chunks padded with ``fill_value``); returns the flat uint8 buffer and slot stride."""
+        raise NotImplementedError
+
+    def raw_chunks(self, packed: Any, nbytes: int, n: int, stride: int) -> list[bytes]:
+        raise NotImplementedError
+
+    def encode_zstd(
+        self, packed: Any, nbytes: int, n: int, stride: int, level: int, checksum: bool
+    ) -> list[bytes]:
+        raise NotImplementedError
+
     def check_out(self, out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
         if not self.owns(out):
             raise OutputMismatchError(
@@ -112,6 +133,30 @@ class CpuBackend(Backend):
 
     def from_host(self, array):
         return array
+
+    def from_any(self, array):
+        return array.get() if hasattr(array, "__cuda_array_interface__") else np.asarray(array)
+
+    def gather_chunks(self, data, regions, chunk_shape, fill_value):
+        packed = np.empty((len(regions), *chunk_shape), dtype=data.dtype)
+        for slot, region in zip(packed, regions, strict=True):
+            extent = tuple(r.stop - r.start for r in region)
+            if extent != tuple(chunk_shape):
+                slot[...] = fill_value
+            slot[tuple(slice(0, e) for e in extent)] = data[region]
+        return packed.reshape(-1).view(np.uint8), int(packed[0].nbytes) if len(regions) else 0
+
+    def raw_chunks(self, packed, nbytes, n, stride):
+        return [packed[i * stride : i * stride + nbytes].tobytes() for i in range(n)]
+
+    def encode_zstd(self, packed, nbytes, n, stride, level, checksum):
+        import numcodecs
+
+        codec = numcodecs.Zstd(level=level, checksum=checksum)
+        views = [packed[i * stride : i * stride + nbytes] for i in range(n)]
+        if n <= 1:
+            return [codec.encode(v) for v in views]
+        return list(self.pool().map(codec.encode, views))
 
     def check_out(self, out, shape, dtype):
         super().check_out(out, shape, dtype)

@@ -66,6 +66,66 @@ class GpuBackend(Backend):
             "or use level.to_dask() to process it in blocks"
         )
 
+    def from_any(self, array):
+        with self.device:
+            return self.xp.asarray(array)
+
+    def gather_chunks(self, data, regions, chunk_shape, fill_value):
+        """One gather kernel per batch (the scatter kernel with source and target swapped)."""
+        xp = self.xp
+        n = len(regions)
+        itemsize = data.dtype.itemsize
+        with self.device:
+            packed = xp.empty((max(n, 1), *chunk_shape), dtype=data.dtype)
+            if n == 0:
+                return packed.reshape(-1).view(np.uint8), 0
+            stride = int(packed[0].nbytes)
+            full = tuple(chunk_shape)
+            for i, region in enumerate(regions):
+                if tuple(r.stop - r.start for r in region) != full:
+                    packed[i] = fill_value
+            ndim = data.ndim
+            if itemsize not in (1, 2, 4, 8) or not 1 <= ndim <= MAX_SCATTER_DIMS:
+                for i, region in enumerate(regions):
+                    packed[i][tuple(slice(0, r.stop - r.start) for r in region)] = data[region]
+                return packed.reshape(-1).view(np.uint8), stride
+            src_strides = np.asarray([s // itemsize for s in data.strides], dtype=np.int64)
+            dst_strides = np.asarray(_c_strides(list(chunk_shape)), dtype=np.int64)
+            starts = np.array([[r.start for r in reg] for reg in regions], dtype=np.int64)
+            stops = np.array([[r.stop for r in reg] for reg in regions], dtype=np.int64)
+            jobs = np.zeros((n, 20), dtype=np.int64)
+            jobs[:, 0] = data.data.ptr + (starts * src_strides).sum(axis=1) * itemsize
+            jobs[:, 1] = packed.data.ptr + np.arange(n, dtype=np.int64) * stride
+            jobs[:, 2 : 2 + ndim] = stops - starts
+            jobs[:, 8 : 8 + ndim] = src_strides
+            jobs[:, 14 : 14 + ndim] = dst_strides
+            self._launch_copy(jobs, ndim, itemsize)
+            return packed.reshape(-1).view(np.uint8), stride
+
+    def raw_chunks(self, packed, nbytes, n, stride):
+        host = packed.get()
+        return [host[i * stride : i * stride + nbytes].tobytes() for i in range(n)]
+
+    def encode_zstd(self, packed, nbytes, n, stride, level, checksum):
+        with self.device:
+            return codec_for_current_device().encode(packed, nbytes, n, stride, checksum)
+
+    def _launch_copy(self, jobs: np.ndarray, ndim: int, itemsize: int) -> None:
+        n = len(jobs)
+        rows = int(np.prod(jobs[:, 2 : 1 + ndim], axis=1).max()) if ndim > 1 else 1
+        inner = int(jobs[:, 1 + ndim].max())
+        block = 256 if inner >= 256 else max(32, 1 << (inner - 1).bit_length())
+        fn = kernel(f"scatter_{itemsize}")
+        with self.device:
+            d_jobs = self.xp.asarray(jobs)
+            for first in range(0, n, 65535):
+                count = min(65535, n - first)
+                fn(
+                    (max(1, min(rows, 4096)), count),
+                    (block,),
+                    (d_jobs[first : first + count], np.int32(ndim)),
+                )
+
     def acquire_staging(self, nbytes: int):
         return staging_pool().acquire(nbytes)
 
@@ -100,19 +160,7 @@ class GpuBackend(Backend):
         jobs[:, 2 : 2 + ndim] = out_stop - out_start
         jobs[:, 8 : 8 + ndim] = cs * chunk_step
         jobs[:, 14 : 14 + ndim] = ds
-        rows = int(np.prod(jobs[:, 2 : 1 + ndim], axis=1).max()) if ndim > 1 else 1
-        inner = int(jobs[:, 1 + ndim].max())
-        block = 256 if inner >= 256 else max(32, 1 << (inner - 1).bit_length())
-        fn = kernel(f"scatter_{itemsize}")
-        with self.device:
-            d_jobs = self.xp.asarray(jobs)
-            for first in range(0, n, 65535):
-                count = min(65535, n - first)
-                fn(
-                    (min(rows, 4096), count),
-                    (block,),
-                    (d_jobs[first : first + count], np.int32(ndim)),
-                )
+        self._launch_copy(jobs, ndim, itemsize)
 
     def owns(self, array):
         return isinstance(array, self.xp.ndarray) and array.device.id == self.device.id

@@ -1,0 +1,237 @@
+"""The write engine: region -> storage units -> gather -> batched encode -> atomic files.
+
+One implementation for both backends (the backend gathers chunks and compresses them:
+numcodecs threads on the CPU, nvCOMP batches on the GPU). Each chunk or shard file is
+written under a temporary name and renamed into place, so a reader never sees half a file.
+Regions that do not cover whole storage units are read first (read-modify-write).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from ..errors import LinumpyGpuError
+from .backend import Backend
+from .layout import ArrayLayout, layout_of
+from .reader import ChunkedArrayReader
+from .selection import normalize_selection
+
+DEFAULT_WRITE_BATCH_BYTES = 256 << 20
+
+
+class UnsupportedWriteError(LinumpyGpuError, ValueError):
+    """The array's codecs or layout are not ones this writer produces."""
+
+
+class ChunkWriteError(LinumpyGpuError, OSError):
+    """Writing stored objects failed; says which and how many were written."""
+
+
+class ChunkedArrayWriter:
+    """Writes regions of one zarr array (zstd or uncompressed, optionally sharded)."""
+
+    def __init__(
+        self,
+        array: Any,
+        backend: Backend,
+        *,
+        name: str | None = None,
+        batch_bytes: int = DEFAULT_WRITE_BATCH_BYTES,
+    ):
+        self.array = array
+        self.backend = backend
+        self.name = name or str(array.store_path)
+        self.layout: ArrayLayout = layout_of(array, self.name)
+        fmt = self.layout.chunk
+        if fmt is None or [c.name for c in fmt.codecs] not in ([], ["zstd"]):
+            raise UnsupportedWriteError(
+                f"{self.name}: linumpy_gpu writes zstd or uncompressed chunks; this array "
+                f"uses {list(self.layout.codec_names) or self.layout.delegate_reason}"
+            )
+        if fmt.transpose is not None or fmt.order != "C" or fmt.needs_byteswap:
+            raise UnsupportedWriteError(f"{self.name}: only C-order, native-endian chunks")
+        if self.layout.shard_index is not None and (
+            self.layout.shard_index.location != "end" or not self.layout.shard_index.little_endian
+        ):
+            raise UnsupportedWriteError(
+                f"{self.name}: only shard indexes at the end, little endian"
+            )
+        zstd = fmt.codecs[0].config if fmt.codecs else None
+        self.level = int(zstd.get("level", 3)) if zstd else None
+        self.checksum = bool(zstd.get("checksum", False)) if zstd else False
+        self.batch_bytes = batch_bytes
+        self.store = array.store
+        prefix = array.store_path.path
+        self._prefix = f"{prefix}/" if prefix else ""
+        self._root = getattr(self.store, "root", None)
+        self.written = 0
+
+    # -- public ---------------------------------------------------------------------------
+
+    def write(self, region: Any, block: Any, progress: Any = None) -> None:
+        """Write ``block`` (numpy or cupy) into ``region`` (integers / step-1 slices)."""
+        layout = self.layout
+        sel = normalize_selection(region, layout.shape)
+        if any(a.step != 1 or a.reversed for a in sel.axes):
+            raise UnsupportedWriteError("region writes take step-1 slices and integers only")
+        block = self.backend.from_any(block)
+        if tuple(block.shape) != sel.shape:
+            if block.size != sel.size:
+                raise ValueError(
+                    f"block of shape {tuple(block.shape)} for a region of shape {sel.shape}"
+                )
+            block = block.reshape(sel.shape)
+        block = block.reshape(sel.full_shape).astype(layout.dtype, copy=False)
+        unit = layout.shard_shape or layout.chunk_shape
+        starts = [a.start for a in sel.axes]
+        stops = [a.start + a.count for a in sel.axes]
+        lo = [s // u * u for s, u in zip(starts, unit, strict=True)]
+        hi = [min(-(-e // u) * u, n) for e, u, n in zip(stops, unit, layout.shape, strict=True)]
+        if lo == starts and hi == stops:
+            data, origin = block, starts
+        else:  # read-modify-write of the partly covered units
+            expanded = tuple(slice(a, b) for a, b in zip(lo, hi, strict=True))
+            data = ChunkedArrayReader(self.array, self.backend, name=self.name).read(expanded)
+            inner = tuple(slice(s - a, e - a) for s, e, a in zip(starts, stops, lo, strict=True))
+            data[inner] = block
+            origin = lo
+        self._write_units(data, origin, progress)
+
+    # -- stages ---------------------------------------------------------------------------
+
+    def _write_units(self, data: Any, origin: list[int], progress: Any) -> None:
+        layout = self.layout
+        unit = layout.shard_shape or layout.chunk_shape
+        grid = [
+            range(o // u, -(-(o + n) // u))
+            for o, n, u in zip(origin, data.shape, unit, strict=True)
+        ]
+        units = list(itertools.product(*grid))
+        per_unit = math.prod(unit) * layout.dtype.itemsize
+        per_batch = max(1, self.batch_bytes // per_unit)
+        for i in range(0, len(units), per_batch):
+            batch = units[i : i + per_batch]
+            blobs = self._encode_units(data, origin, batch)
+            keys = [self._prefix + layout.storage_key(u) for u in batch]
+            self._put_all(keys, blobs)
+            if progress is not None:
+                progress.update(len(batch))
+
+    def _encode_units(
+        self, data: Any, origin: list[int], units: list[tuple[int, ...]]
+    ) -> list[bytes]:
+        layout = self.layout
+        chunk = layout.chunk_shape
+        if layout.shard_shape is None:
+            regions = [self._region(u, chunk, data.shape, origin) for u in units]
+            return self._encode_chunks(data, regions)
+        per = layout.shard_index.inner_per_shard
+        inner_regions, owners = [], []
+        for k, shard in enumerate(units):
+            for inner in itertools.product(*(range(p) for p in per)):
+                coords = tuple(s * p + i for s, p, i in zip(shard, per, inner, strict=True))
+                region = self._region(coords, chunk, data.shape, origin)
+                inner_regions.append(region)
+                owners.append(k)
+        frames = self._encode_chunks(data, inner_regions)
+        shards = []
+        n_inner = math.prod(per)
+        for k in range(len(units)):
+            parts = frames[k * n_inner : (k + 1) * n_inner]
+            regions = inner_regions[k * n_inner : (k + 1) * n_inner]
+            shards.append(_assemble_shard(parts, regions))
+        return shards
+
+    def _region(self, coords, chunk, data_shape, origin):
+        """Slices of ``data`` that chunk ``coords`` covers, or None if outside the array."""
+        out = []
+        for c, size, o, _n, full in zip(
+            coords, chunk, origin, data_shape, self.layout.shape, strict=True
+        ):
+            a = c * size
+            if a >= full:
+                return None
+            b = min(a + size, full)
+            out.append(slice(a - o, b - o))
+        return tuple(out)
+
+    def _encode_chunks(self, data: Any, regions: list[Any]) -> list[bytes | None]:
+        layout = self.layout
+        present = [i for i, r in enumerate(regions) if r is not None]
+        packed, stride = self.backend.gather_chunks(
+            data, [regions[i] for i in present], layout.chunk_shape, layout.fill_value
+        )
+        nbytes = layout.chunk.nbytes
+        if self.level is None:
+            frames = self.backend.raw_chunks(packed, nbytes, len(present), stride)
+        else:
+            frames = self.backend.encode_zstd(
+                packed, nbytes, len(present), stride, self.level, self.checksum
+            )
+        out: list[bytes | None] = [None] * len(regions)
+        for i, f in zip(present, frames, strict=True):
+            out[i] = f
+        return out
+
+    def _put_all(self, keys: list[str], blobs: list[bytes]) -> None:
+        done = []
+
+        def put(item):
+            key, blob = item
+            self._put(key, blob)
+            done.append(key)
+
+        try:
+            if self._root is not None and len(keys) > 1:
+                with ThreadPoolExecutor(min(32, len(keys))) as pool:
+                    list(pool.map(put, zip(keys, blobs, strict=True)))
+            else:
+                for item in zip(keys, blobs, strict=True):
+                    put(item)
+        except OSError as exc:
+            raise ChunkWriteError(
+                f"{self.name}: writing '{getattr(exc, 'filename', '?')}' failed ({exc}); "
+                f"{self.written + len(done)} objects of this array were written before it"
+            ) from exc
+        self.written += len(done)
+
+    def _put(self, key: str, blob: bytes) -> None:
+        if self._root is None:
+            from zarr.core.buffer import default_buffer_prototype
+            from zarr.core.sync import sync
+
+            sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(blob)))
+            return
+        path = os.path.join(os.fspath(self._root), *key.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = os.path.join(
+            os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.partial"
+        )
+        with open(tmp, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, path)
+
+
+def _assemble_shard(frames: list[bytes | None], regions: list[Any]) -> bytes:
+    """Inner chunks back to back, then the index (offset, nbytes per inner chunk, C order)
+    and its crc32c, as zarr's sharding codec (index at the end) lays them out."""
+    import google_crc32c
+
+    index = np.full((len(frames), 2), np.iinfo(np.uint64).max, dtype="<u8")
+    parts, offset = [], 0
+    for i, f in enumerate(frames):
+        if f is None or regions[i] is None:
+            continue
+        index[i] = (offset, len(f))
+        parts.append(f)
+        offset += len(f)
+    raw_index = index.tobytes()
+    crc = google_crc32c.value(raw_index).to_bytes(4, "little")
+    return b"".join(parts) + raw_index + crc
