@@ -14,6 +14,7 @@ from .errors import (
     DeviceFallbackWarning,
     DeviceMemoryError,
     GpuUnavailableError,
+    IncompleteStoreError,
     InvalidMetadataError,
     LinumpyGpuError,
     LinumpyGpuWarning,
@@ -24,6 +25,7 @@ from .errors import (
     StoreNotFoundError,
 )
 from .image import Labels, Level, MultiscaleImage, Plate, SeriesCollection, Well, open_ome_zarr
+from .write import StoreExistsError, WriteError, write_labels, write_ome_zarr
 
 
 def open_ome_zarr_gpu(path: Any, device: int = 0, **kwargs: Any) -> Any:
@@ -51,6 +53,7 @@ __all__ = [
     "DeviceFallbackWarning",
     "DeviceMemoryError",
     "GpuUnavailableError",
+    "IncompleteStoreError",
     "InvalidMetadataError",
     "Labels",
     "Level",
@@ -62,6 +65,10 @@ __all__ = [
     "OutputMismatchError",
     "Plate",
     "SelectionError",
+    "StoreExistsError",
+    "WriteError",
+    "write_labels",
+    "write_ome_zarr",
     "SeriesCollection",
     "StoreNotFoundError",
     "Well",

@@ -84,3 +84,7 @@ class DamagedChunkWarning(LinumpyGpuWarning):
 class DeviceMemoryError(LinumpyGpuError, MemoryError):
     """A read needs more GPU memory than is free. The message says how much is needed and
     how much is free; read a region (``level[z0:z1]``) or use ``level.to_dask()``."""
+
+
+class IncompleteStoreError(NotOmeZarrError):
+    """The store was being written by linumpy_gpu and the write did not finish."""

@@ -15,7 +15,13 @@ from . import ngff
 from .device import resolve_backend
 from .engine import ChunkedArrayReader
 from .engine.backend import Backend
-from .errors import InvalidMetadataError, MetadataWarning, NotOmeZarrError, StoreNotFoundError
+from .errors import (
+    IncompleteStoreError,
+    InvalidMetadataError,
+    MetadataWarning,
+    NotOmeZarrError,
+    StoreNotFoundError,
+)
 
 
 class Level:
@@ -110,6 +116,22 @@ class Level:
 
     def __getitem__(self, index: Any) -> Any:
         return self._reader.read(index)
+
+    def __setitem__(self, region: Any, value: Any) -> None:
+        """Write ``value`` into ``region`` (integers and step-1 slices) of this level. The
+        image must be opened with ``mode="r+"``. Chunks the region covers whole are encoded
+        and replaced; partly covered ones are read, modified and rewritten. Lower levels are
+        not touched: call ``image.update_pyramid(region)`` afterwards."""
+        self._writer().write(region, value)
+
+    def _writer(self) -> Any:
+        if getattr(self.image.group.store, "read_only", False):
+            raise PermissionError(
+                f"'{self.image.path}' is open read-only: open it with mode='r+' to write"
+            )
+        from .engine.writer import ChunkedArrayWriter
+
+        return ChunkedArrayWriter(self._reader.array, self._reader.backend, name=self._reader.name)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         data = self.read()
@@ -239,6 +261,35 @@ class MultiscaleImage:
 
     def to_dask(self, level: int = 0, chunks: Any = None) -> Any:
         return self.levels[level].to_dask(chunks)
+
+    def update_pyramid(self, region: Any = None, method: str | None = None) -> None:
+        """Recompute the lower levels under ``region`` of level 0 (slices; None = all),
+        after region writes into level 0. ``method`` defaults to the one the metadata
+        records (``type``), else "mean"."""
+        from .pyramid import METHODS
+        from .write import update_level
+
+        method = method or (self.meta.type if self.meta.type in METHODS else "mean")
+        shape0 = self.levels[0].shape
+        current = (
+            tuple(slice(0, n) for n in shape0)
+            if region is None
+            else tuple(
+                slice(*s.indices(n)[:2])
+                for s, n in zip(_as_slices(region, len(shape0)), shape0, strict=True)
+            )
+        )
+        for i in range(1, len(self.levels)):
+            finer, coarser = self.levels[i - 1], self.levels[i]
+            factors = tuple(
+                max(1, round(a / b)) for a, b in zip(finer.shape, coarser.shape, strict=True)
+            )
+            update_level(
+                finer.zarr_array, coarser._writer(), factors, method, self.backend, current
+            )
+            current = tuple(
+                slice(s.start // f, -(-s.stop // f)) for s, f in zip(current, factors, strict=True)
+            )
 
     def __repr__(self) -> str:
         axes = ", ".join(
@@ -448,7 +499,15 @@ def open_ome_zarr(path: Any, device: Any = "cpu", *, mode: str = "r") -> Any:
     """
     backend = resolve_backend(device)
     group, where = _open_group(path, mode)
-    block, _ = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+    attrs = dict(group.attrs)
+    if isinstance(attrs.get("linumpy_gpu"), dict) and attrs["linumpy_gpu"].get("write_in_progress"):
+        raise IncompleteStoreError(
+            where,
+            "attributes",
+            "a finished write (a linumpy_gpu write of this store was "
+            "interrupted before its metadata was written; rewrite it with overwrite=True)",
+        )
+    block, _ = ngff.ome_block(attrs, group.metadata.zarr_format)
     kind = ngff.require_ome(block, where)
     if kind == "plate":
         return Plate(group, where, backend)
@@ -484,6 +543,12 @@ def _open_group(path: Any, mode: str) -> tuple[Any, str]:
             where, "zarr.json / .zgroup", "zarr group metadata", str(exc)
         ) from None
     return group, where
+
+
+def _as_slices(region: Any, ndim: int) -> tuple[slice, ...]:
+    region = region if isinstance(region, tuple) else (region,)
+    region = tuple(slice(r, r + 1) if isinstance(r, int) else r for r in region)
+    return region + (slice(None),) * (ndim - len(region))
 
 
 def _join(*parts: str) -> str:
