@@ -120,6 +120,12 @@ def write_ome_zarr(
                     shards=level_shards,
                     fill_value=0,
                     **_codec_kwargs(zarr_format, compressor, compression_level, checksum),
+                    # NGFF 0.5 requires the axis names on every array
+                    **(
+                        {"dimension_names": [a.name for a in plan["axes"]]}
+                        if zarr_format == 3
+                        else {}
+                    ),
                 )
             )
         _write_pyramid(arrays, data, plan["factors"], method, backend, bar, written, is_dask)
@@ -195,13 +201,18 @@ def write_labels(
         tuple(max(1, round(a / b)) for a, b in zip(f.shape, c.shape, strict=True))
         for f, c in zip(parent.levels, parent.levels[1:], strict=False)
     ]
-    label_block = {
-        "image-label": {
-            "colors": color_list,
-            "properties": [dict(p) for p in properties or []],
-            "source": {"image": "../../"},
-        }
-    }
+    props = [dict(p) for p in properties or []]
+    if (
+        color_list
+        and props
+        and {c["label-value"] for c in color_list} != {p.get("label-value") for p in props}
+    ):
+        raise WriteError("label colors and properties must describe the same label values")
+    label_block: dict[str, Any] = {"image-label": {"source": {"image": "../../"}}}
+    if color_list:
+        label_block["image-label"]["colors"] = color_list
+    if props:
+        label_block["image-label"]["properties"] = props
     if parent.version == "0.4":
         label_block["image-label"]["version"] = "0.4"
     labels_group = zarr.open_group(

@@ -1,0 +1,185 @@
+"""Writer behaviour on the CPU: crash safety, labels, region writes, dask input, validation."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+import zarr
+
+import linumpy_gpu as lg
+from linumpy_gpu.pyramid import downsample
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _validate_with_ome_zarr_models(path: Path, version: str) -> None:
+    group = zarr.open_group(str(path), mode="r")
+    if version == "0.5":
+        from ome_zarr_models.v05.image import Image
+    else:
+        from ome_zarr_models.v04.image import Image
+    Image.from_zarr(group)  # raises on anything the NGFF schema or layout rules forbid
+
+
+@pytest.mark.parametrize(
+    ("version", "shards"), [("0.4", None), ("0.5", None), ("0.5", (8, 32, 32))]
+)
+def test_written_stores_validate_and_read_back_everywhere(tmp_path, version, shards):
+    data = (np.arange(16 * 60 * 70) % 999).astype("u2").reshape(16, 60, 70)
+    path = tmp_path / "img.zarr"
+    lg.write_ome_zarr(
+        path,
+        data,
+        axes="zyx",
+        chunks=(4, 16, 16),
+        shards=shards,
+        levels=3,
+        version=version,
+        device="cpu",
+    )
+    seg = (data % 3).astype("u1")
+    labels = lg.write_labels(
+        path,
+        "seg",
+        seg,
+        colors={1: (255, 0, 0, 255), 2: (0, 0, 255, 128)},
+        properties=[{"label-value": 1, "class": "a"}, {"label-value": 2, "class": "b"}],
+        device="cpu",
+    )
+    _validate_with_ome_zarr_models(path, version)
+    _validate_with_ome_zarr_models(path / "labels" / "seg", version)
+    img = lg.open_ome_zarr(path)
+    np.testing.assert_array_equal(img[0][...], data)
+    assert {c.label_value: c.rgba for c in img.labels["seg"].image_label.colors} == {
+        1: (255, 0, 0, 255),
+        2: (0, 0, 255, 128),
+    }
+    np.testing.assert_array_equal(labels[0][...], seg)
+    np.testing.assert_array_equal(labels[1][...], downsample(seg, (2, 2, 2), "mode"))
+    for i in range(3):
+        np.testing.assert_array_equal(
+            zarr.open_array(str(path / str(i)), mode="r")[...], img[i][...]
+        )
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Reader
+
+    nodes = list(Reader(parse_url(str(path)))())
+    np.testing.assert_array_equal(np.asarray(nodes[0].data[1]), img[1][...])
+
+
+def test_labels_must_be_integers_and_match_the_image(tmp_path):
+    data = np.zeros((4, 8, 8), dtype="u2")
+    lg.write_ome_zarr(tmp_path / "i.zarr", data, device="cpu")
+    with pytest.raises(lg.WriteError, match="integer"):
+        lg.write_labels(tmp_path / "i.zarr", "x", data.astype("f4"))
+    with pytest.raises(lg.WriteError, match="shape"):
+        lg.write_labels(tmp_path / "i.zarr", "x", np.zeros((4, 8, 9), dtype="u2"))
+    with pytest.raises(lg.WriteError, match="rgba"):
+        lg.write_labels(tmp_path / "i.zarr", "x", data, colors={1: (300, 0, 0, 1)})
+    assert not (tmp_path / "i.zarr" / "labels" / "x").exists()
+
+
+def test_region_writes_and_pyramid_update(tmp_path):
+    data = (np.arange(20 * 50 * 40) % 777).astype("u2").reshape(20, 50, 40)
+    for shards in (None, (8, 32, 32)):
+        path = tmp_path / f"r{shards is not None}.zarr"
+        lg.write_ome_zarr(
+            path, data, axes="zyx", chunks=(4, 16, 16), shards=shards, levels=3, device="cpu"
+        )
+        with pytest.raises(PermissionError, match="r\\+"):
+            lg.open_ome_zarr(path)[0][0:4] = np.zeros((4, 50, 40), dtype="u2")
+        img = lg.open_ome_zarr(path, mode="r+")
+        expected = data.copy()
+        img[0][4:8, 0:16, 0:16] = np.full((4, 16, 16), 1, dtype="u2")  # chunk-aligned
+        expected[4:8, 0:16, 0:16] = 1
+        img[0][3:13, 7:45, 5] = np.full((10, 38), 2, dtype="u2")  # unaligned: read-modify-write
+        expected[3:13, 7:45, 5] = 2
+        img.update_pyramid((slice(3, 13), slice(0, 45), slice(0, 16)))
+        np.testing.assert_array_equal(zarr.open_array(str(path / "0"))[...], expected)
+        level1 = downsample(expected, (2, 2, 2), "mean")
+        np.testing.assert_array_equal(zarr.open_array(str(path / "1"))[...], level1)
+        np.testing.assert_array_equal(
+            zarr.open_array(str(path / "2"))[...], downsample(level1, (2, 2, 2), "mean")
+        )
+
+
+def test_dask_input(tmp_path):
+    data = (np.arange(24 * 40 * 36) % 1234).astype("u2").reshape(24, 40, 36)
+    img = lg.write_ome_zarr(
+        tmp_path / "d.zarr",
+        da.from_array(data, chunks=(5, 17, 36)),
+        axes="zyx",
+        chunks=(8, 16, 16),
+        levels=3,
+        device="cpu",
+    )
+    np.testing.assert_array_equal(img[0][...], data)
+    np.testing.assert_array_equal(img[1][...], downsample(data, (2, 2, 2), "mean"))
+    np.testing.assert_array_equal(
+        img[2][...], downsample(downsample(data, (2, 2, 2), "mean"), (2, 2, 2), "mean")
+    )
+
+
+def test_killed_writer_leaves_a_store_that_refuses_to_open(tmp_path):
+    path = tmp_path / "killed.zarr"
+    script = (
+        "import numpy as np, linumpy_gpu as lg, sys\n"
+        "data = np.random.default_rng(0).integers(0, 60000, (256, 256, 256)).astype('u2')\n"
+        "print('start', flush=True)\n"
+        f"lg.write_ome_zarr({str(path)!r}, data, chunks=(8, 32, 32), levels=4, device='cpu')\n"
+        "print('done', flush=True)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=ROOT, text=True
+    )
+    assert proc.stdout.readline().strip() == "start"
+    # wait until chunk files appear, then kill mid-way
+    while not any((path / "0").rglob("c/*")) and proc.poll() is None:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the writer finished before it could be killed"
+    with pytest.raises(lg.IncompleteStoreError, match="interrupted"):
+        lg.open_ome_zarr(path)
+    leftovers = [p for p in path.rglob("*.partial")]
+    for p in path.rglob("c/*"):
+        if p.is_file() and p not in leftovers:
+            import numcodecs
+
+            numcodecs.Zstd().decode(p.read_bytes())  # every renamed chunk file is whole
+    # and a rewrite over it succeeds
+    img = lg.write_ome_zarr(path, np.ones((8, 8, 8), dtype="u2"), overwrite=True, device="cpu")
+    assert img[0][...].sum() == 512
+
+
+def test_failed_write_says_what_is_on_disk(tmp_path, monkeypatch):
+    from linumpy_gpu.engine import writer
+
+    calls = {"n": 0}
+    original = writer.ChunkedArrayWriter._put
+
+    def flaky(self, key, blob):
+        calls["n"] += 1
+        if calls["n"] > 5:
+            raise OSError(28, "No space left on device", key)
+        return original(self, key, blob)
+
+    monkeypatch.setattr(writer.ChunkedArrayWriter, "_put", flaky)
+    with pytest.raises(lg.WriteError, match="marked incomplete") as info:
+        lg.write_ome_zarr(
+            tmp_path / "f.zarr",
+            np.zeros((16, 64, 64), dtype="u2"),
+            chunks=(4, 16, 16),
+            device="cpu",
+        )
+    assert "No space left" in str(info.value)
+    with pytest.raises(lg.IncompleteStoreError):
+        lg.open_ome_zarr(tmp_path / "f.zarr")
