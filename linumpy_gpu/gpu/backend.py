@@ -137,13 +137,12 @@ class GpuBackend(Backend):
         """All chunks of a batch into ``work`` with one scatter kernel launch."""
         itemsize = np.dtype(dtype).itemsize
         ndim = work.ndim
-        if (
-            not tasks
-            or fmt.needs_byteswap
-            or itemsize not in (1, 2, 4, 8)
-            or not 1 <= ndim <= MAX_SCATTER_DIMS
-        ):
-            return super().place_all(work, tasks, raws, fmt, dtype)
+        fast = not fmt.needs_byteswap and itemsize in (1, 2, 4, 8) and 1 <= ndim <= MAX_SCATTER_DIMS
+        if not tasks:
+            return None
+        if not fast:
+            arrays = [r.as_array() if hasattr(r, "as_array") else r for r in raws]
+            return super().place_all(work, tasks, arrays, fmt, dtype)
         chunk_strides = _element_strides(fmt)
         out_strides = [s // itemsize for s in work.strides]
         n = len(tasks)
@@ -152,7 +151,9 @@ class GpuBackend(Backend):
         chunk_step = np.array([[s.step for s in t.chunk_region] for t in tasks], dtype=np.int64)
         out_start = np.array([[s.start for s in t.out_region] for t in tasks], dtype=np.int64)
         out_stop = np.array([[s.stop for s in t.out_region] for t in tasks], dtype=np.int64)
-        src_ptr = np.fromiter((r.data.ptr for r in raws), dtype=np.int64, count=n)
+        src_ptr = np.fromiter(
+            (r.ptr if hasattr(r, "ptr") else r.data.ptr for r in raws), dtype=np.int64, count=n
+        )
         cs = np.asarray(chunk_strides, dtype=np.int64)
         ds = np.asarray(out_strides, dtype=np.int64)
         jobs[:, 0] = src_ptr + (chunk_start * cs).sum(axis=1) * itemsize
@@ -207,7 +208,7 @@ class GpuBackend(Backend):
             results[i] = (
                 ChunkDecodeError(array, chunks[i][0], reason)
                 if reason is not None
-                else batch.slot(slot)
+                else batch.slot_ref(slot)
             )
         return results
 

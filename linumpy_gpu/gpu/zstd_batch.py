@@ -47,6 +47,22 @@ class DecodedBatch:
         start = i * self.stride
         return self.buffer[start : start + self.nbytes]
 
+    def slot_ref(self, i: int) -> DeviceSlot:
+        """Chunk i without building a cupy view (cheap; the view is made on demand)."""
+        return DeviceSlot(self, i, self.buffer.data.ptr + i * self.stride)
+
+
+@dataclass
+class DeviceSlot:
+    """A decoded chunk in a batch buffer: its device address, and a view when needed."""
+
+    batch: DecodedBatch
+    index: int
+    ptr: int
+
+    def as_array(self) -> Any:
+        return self.batch.slot(self.index)
+
 
 class ZstdBatchCodec:
     """nvCOMP zstd for one device, used from one thread (nvCOMP's rule)."""
@@ -219,7 +235,13 @@ class ZstdBatchCodec:
             nv_status_h[ok] = nv_status.get(stream=self.stream)
             actual_h[ok] = actual.get(stream=self.stream)
         self.stream.synchronize()
-        for i in range(n):
+        bad = (
+            ~np.isin(status_h, (0, 1))
+            | (nv_status_h != 0)
+            | (actual_h != nbytes)
+            | (mismatch_h != 0)
+        )
+        for i in np.flatnonzero(bad).tolist():
             st = int(status_h[i])
             if st not in (0, 1):
                 reason = FRAME_STATUS.get(st, (f"frame check status {st}",))[0]
