@@ -134,6 +134,19 @@ class CpuBackend(Backend):
     def from_host(self, array):
         return array
 
+    def place_all(self, work, tasks, raws, fmt, dtype):
+        """Chunks go to disjoint regions of ``work``: copy them on the pool (numpy drops
+        the GIL while copying)."""
+        if len(tasks) < 4:
+            return super().place_all(work, tasks, raws, fmt, dtype)
+
+        def one(item):
+            task, raw = item
+            place(work, task.out_region, chunk_array(raw, fmt, dtype), task.chunk_region)
+
+        list(self.pool().map(one, zip(tasks, raws, strict=True)))
+        return None
+
     def from_any(self, array):
         return array.get() if hasattr(array, "__cuda_array_interface__") else np.asarray(array)
 
