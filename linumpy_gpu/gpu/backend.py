@@ -184,6 +184,16 @@ class GpuBackend(Backend):
         self, chunks: Sequence[EncodedChunk], fmt: ChunkFormat, array: str, staging: Any = None
     ) -> list[Any]:
         with self.device:
+            if not fmt.codecs:  # uncompressed: straight to the device, placed from there
+                batch = codec_for_current_device().upload_raw(
+                    [data for _, data in chunks], fmt.nbytes, staging
+                )
+                return [
+                    ChunkDecodeError(array, key, batch.failures[i])
+                    if i in batch.failures
+                    else batch.slot_ref(i)
+                    for i, (key, _) in enumerate(chunks)
+                ]
             if gpu_decodable(fmt):
                 return self._decode_zstd(chunks, fmt, array, staging)
             return self._upload_all(self._cpu.decode(chunks, fmt, array))

@@ -42,14 +42,18 @@ class DecodedBatch:
     nbytes: int
     failures: dict[int, str] = field(default_factory=dict)
     cpu_decoded: list[int] = field(default_factory=list)
+    offsets: np.ndarray | None = None  # per-chunk start, where slots are not evenly spaced
+
+    def start(self, i: int) -> int:
+        return int(self.offsets[i]) if self.offsets is not None else i * self.stride
 
     def slot(self, i: int) -> Any:
-        start = i * self.stride
+        start = self.start(i)
         return self.buffer[start : start + self.nbytes]
 
     def slot_ref(self, i: int) -> DeviceSlot:
         """Chunk i without building a cupy view (cheap; the view is made on demand)."""
-        return DeviceSlot(self, i, self.buffer.data.ptr + i * self.stride)
+        return DeviceSlot(self, i, self.buffer.data.ptr + self.start(i))
 
 
 @dataclass
@@ -137,6 +141,29 @@ class ZstdBatchCodec:
         self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
         comp = self._upload(staging[: max(total, 1)])
         return self._decode_staged(comp, offsets, sizes, nbytes, lambda i: bytes(frames[i]))
+
+    def upload_raw(self, frames: Sequence[Any], nbytes: int, arena: Any = None) -> DecodedBatch:
+        """Uncompressed chunks: to the device in one copy, used in place (no decode)."""
+        sizes = [len(f) for f in frames]
+        offsets = [arena.offset_of(f) for f in frames] if arena is not None else []
+        if not (frames and arena is not None and all(o is not None for o in offsets)):
+            staging = self.pinned(max(1, sum(sizes)))
+            offsets, pos = [], 0
+            for f, size in zip(frames, sizes, strict=True):
+                staging[pos : pos + size] = np.frombuffer(f, dtype=np.uint8)
+                offsets.append(pos)
+                pos += size
+            host = staging[: max(pos, 1)]
+        else:
+            host = arena.array[: max(arena.used, 1)]
+        self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
+        dev = self._upload(host)
+        self.stream.synchronize()
+        batch = DecodedBatch(dev, 0, nbytes, offsets=np.asarray(offsets, dtype=np.int64))
+        for i, size in enumerate(sizes):
+            if size != nbytes:
+                batch.failures[i] = f"uncompressed chunk is {size} bytes, expected {nbytes}"
+        return batch
 
     def decode_device(self, frames: Sequence[Any], nbytes: int) -> DecodedBatch:
         """Decode device-resident frames (1-D uint8 cupy arrays)."""
