@@ -117,6 +117,11 @@ class Level:
     def __getitem__(self, index: Any) -> Any:
         return self._reader.read(index)
 
+    def read_regions(self, regions: Any) -> list[Any]:
+        """Read many regions in one go (each touched chunk decoded once, in shared
+        batches): the fast way to pull a set of tiles."""
+        return self._reader.read_regions(list(regions))
+
     def __setitem__(self, region: Any, value: Any) -> None:
         """Write ``value`` into ``region`` (integers and step-1 slices) of this level. The
         image must be opened with ``mode="r+"``. Chunks the region covers whole are encoded

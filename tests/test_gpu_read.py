@@ -176,7 +176,9 @@ def test_read_too_large_for_the_gpu_says_so_and_holds_nothing(tmp_path, cp):
     from linumpy_gpu.gpu.backend import GpuBackend
 
     data = volume(shape=(16, 16, 16))
-    arr = write_zarr_variant(tmp_path / "a.zarr", "v3-zstd", data, chunks=(8, 8, 8))
+    arr = write_zarr_variant(
+        tmp_path / "a.zarr", "v3-zstd", data, chunks=(8, 8, 8), missing_fraction=0
+    )
     backend = GpuBackend(0)
     free = backend.free_bytes()
     with pytest.raises(lg.DeviceMemoryError, match="level.to_dask"):
@@ -198,3 +200,14 @@ def test_pinned_staging_stays_within_its_cap(tmp_path, cp):
     np.testing.assert_array_equal(gpu_reader(arr).read(()).get(), data)
     assert 0 < staging_pool().allocated <= staging_pool().cap
     assert gpu_reader(arr).last_profile == {}
+
+
+def test_read_regions_on_gpu(tmp_path, cp):
+    data = volume(shape=(40, 64, 64))
+    arr = write_zarr_variant(tmp_path / "a.zarr", "v3-sharded-zstd", data, missing_fraction=0.1)
+    reader = gpu_reader(arr)
+    full = arr[...]
+    rng = np.random.default_rng(5)
+    regions = [tuple(slice(int(a), int(a) + 12) for a in rng.integers(0, 28, 3)) for _ in range(20)]
+    for got, region in zip(reader.read_regions(regions), regions, strict=True):
+        np.testing.assert_array_equal(got.get(), full[region])

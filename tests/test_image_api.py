@@ -158,3 +158,16 @@ def test_label_and_image_label_round_trip_via_zarr(tmp_path):
     np.testing.assert_array_equal(seg_img[0][:], (np.arange(64) % 3).reshape(8, 8))
     with pytest.raises(KeyError, match="seg"):
         img.labels["other"]
+
+
+def test_read_regions_equals_separate_reads(sample):
+    img = lg.open_ome_zarr(sample)
+    full = zarr.open_array(str(sample / "0"), mode="r")[...]
+    regions = [
+        (slice(0, 40), slice(10, 100), slice(0, 64)),
+        (slice(20, 60), slice(50, 140), slice(30, 90)),
+        (5, slice(None), slice(None, None, 3)),
+        (slice(90, 10, -7), 0),
+    ]
+    for got, region in zip(img[0].read_regions(regions), regions, strict=True):
+        np.testing.assert_array_equal(got, full[region])

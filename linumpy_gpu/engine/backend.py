@@ -38,6 +38,10 @@ class Backend:
     def from_host(self, array: np.ndarray) -> Any:
         raise NotImplementedError
 
+    def batch_bytes(self, read_nbytes: int) -> int:
+        """Decoded bytes per batch for a read of ``read_nbytes`` (bounds scratch memory)."""
+        return 256 << 20
+
     def reserve_for_read(self, out_nbytes: int, batch_bytes: int) -> None:
         """Refuse up front a read whose output and scratch cannot fit (GPU backends)."""
 

@@ -48,7 +48,7 @@ class ChunkedArrayReader:
         *,
         name: str | None = None,
         source: ByteSource | None = None,
-        batch_bytes: int = DEFAULT_BATCH_BYTES,
+        batch_bytes: int | None = None,
         index_cache_size: int = 1024,
     ):
         self.array = array
@@ -58,7 +58,8 @@ class ChunkedArrayReader:
         self.source = source or source_for(array.store)
         prefix = array.store_path.path
         self._prefix = f"{prefix}/" if prefix else ""
-        self.batch_bytes = max(1, batch_bytes)
+        # None: the backend picks per read (the GPU needs many chunks in flight)
+        self.batch_bytes = batch_bytes
         self._index_cache: OrderedDict[str, np.ndarray | None] = OrderedDict()
         self._index_cache_size = index_cache_size
         self._lock = threading.Lock()
@@ -87,14 +88,15 @@ class ChunkedArrayReader:
             if isinstance(exc, LinumpyGpuError):
                 raise
             nbytes = sel.size * layout.dtype.itemsize
-            raise self.backend.memory_error(nbytes, self.batch_bytes) from exc
+            raise self.backend.memory_error(nbytes, self._batch_bytes(nbytes)) from exc
 
     def _read(self, sel: Selection, out: Any, progress: Any, on_damaged: str) -> Any:
         layout = self.layout
         if out is not None:
             work, result = sel.writable_full_view(out), out
         else:
-            self.backend.reserve_for_read(sel.size * layout.dtype.itemsize, self.batch_bytes)
+            out_nbytes = sel.size * layout.dtype.itemsize
+            self.backend.reserve_for_read(out_nbytes, self._batch_bytes(out_nbytes))
             work = self.backend.empty(sel.full_shape, layout.dtype)
             result = sel.result_view(work)
         if sel.size == 0:
@@ -112,7 +114,10 @@ class ChunkedArrayReader:
             progress.reset(total=len(tasks))
         damaged: list[ChunkDecodeError] = []
         if len(batches) == 1:
-            damaged += self._decode_and_place(self._fetch(batches[0]), work, on_damaged)
+            fetched = self._fetch(batches[0])
+            damaged += self._decode_and_place(
+                fetched, lambda i, f=fetched: [(work, f.tasks[i])], on_damaged
+            )
         else:
             with ThreadPoolExecutor(1, thread_name_prefix="linumpy-prefetch") as prefetch:
                 pending: Future | None = prefetch.submit(self._fetch, batches[0])
@@ -124,7 +129,9 @@ class ChunkedArrayReader:
                         pending = None
                         if i + 1 < len(batches):
                             pending = prefetch.submit(self._fetch, batches[i + 1])
-                        damaged += self._decode_and_place(fetched, work, on_damaged)
+                        damaged += self._decode_and_place(
+                            fetched, lambda i, f=fetched: [(work, f.tasks[i])], on_damaged
+                        )
                         if progress is not None:
                             progress.update(len(fetched.tasks))
                 finally:
@@ -147,11 +154,38 @@ class ChunkedArrayReader:
             )
         return result
 
+    def read_regions(self, regions: Sequence[Any]) -> list[Any]:
+        """Read several regions at once: every chunk they touch is fetched and decoded once,
+        in shared batches (tile pipelines: many small regions keep the GPU busy together
+        where one at a time would not), then placed into each region's result."""
+        layout = self.layout
+        sels = [normalize_selection(r, layout.shape) for r in regions]
+        if layout.delegate_reason is not None or not sels:
+            return [self.read(s) for s in sels]
+        works = [self.backend.empty(s.full_shape, layout.dtype) for s in sels]
+        feeds: dict[tuple[int, ...], list[tuple[Any, ChunkTask]]] = {}
+        for sel, work in zip(sels, works, strict=True):
+            for task in plan_chunks(sel, layout.shape, layout.chunk_shape):
+                feeds.setdefault(task.coords, []).append((work, task))
+        unique = [pairs[0][1] for pairs in feeds.values()]
+        self._profile = {"plan": 0.0, "fetch": 0.0, "wait_fetch": 0.0, "decode": 0.0, "place": 0.0}
+        for batch in self._batches(unique):
+            fetched = self._fetch(batch)
+            self._decode_and_place(fetched, lambda i, f=fetched: feeds[f.tasks[i].coords], "raise")
+        self.backend.finish()
+        return [sel.result_view(work) for sel, work in zip(sels, works, strict=True)]
+
     # -- stages ---------------------------------------------------------------------------
+
+    def _batch_bytes(self, read_nbytes: int) -> int:
+        if self.batch_bytes is not None:
+            return max(1, self.batch_bytes)
+        return self.backend.batch_bytes(read_nbytes)
 
     def _batches(self, tasks: list[ChunkTask]) -> list[list[ChunkTask]]:
         per_chunk = self.layout.chunk.nbytes if self.layout.chunk else 1
-        per_batch = max(1, self.batch_bytes // max(1, per_chunk))
+        batch_bytes = self._batch_bytes(len(tasks) * per_chunk)
+        per_batch = max(1, batch_bytes // max(1, per_chunk))
         return [tasks[i : i + per_batch] for i in range(0, len(tasks), per_batch)]
 
     def _fetch(self, tasks: list[ChunkTask]) -> _Fetched:
@@ -238,8 +272,11 @@ class ChunkedArrayReader:
         return found
 
     def _decode_and_place(
-        self, fetched: _Fetched, work: Any, on_damaged: str
+        self, fetched: _Fetched, targets: Any, on_damaged: str
     ) -> list[ChunkDecodeError]:
+        """Decode a fetched batch and place it. ``targets(i)`` lists the (output, task)
+        pairs that chunk i of the batch feeds (one for a plain read, several when
+        :meth:`read_regions` shares chunks between regions)."""
         layout = self.layout
         present = [i for i, d in enumerate(fetched.data) if d is not None]
         profile = getattr(self, "_profile", None) or {"decode": 0.0, "place": 0.0}
@@ -254,22 +291,26 @@ class ChunkedArrayReader:
         finally:
             self.backend.release_staging(fetched.staging)
         damaged = []
-        good_tasks, good_raws = [], []
+        groups: dict[int, tuple[Any, list[ChunkTask], list[Any]]] = {}
         for i, raw in zip(present, decoded, strict=True):
-            task = fetched.tasks[i]
+            for work, task in targets(i):
+                if isinstance(raw, ChunkDecodeError):
+                    fill(work, task.out_region, layout.fill_value)
+                    continue
+                group = groups.setdefault(id(work), (work, [], []))
+                group[1].append(task)
+                group[2].append(raw)
             if isinstance(raw, ChunkDecodeError):
                 damaged.append(raw)
-                fill(work, task.out_region, layout.fill_value)
-                continue
-            good_tasks.append(task)
-            good_raws.append(raw)
         t1 = time.perf_counter()
         profile["decode"] += t1 - t0
-        self.backend.place_all(work, good_tasks, good_raws, layout.chunk, layout.dtype)
+        for work, tasks, raws in groups.values():
+            self.backend.place_all(work, tasks, raws, layout.chunk, layout.dtype)
         profile["place"] += time.perf_counter() - t1
         for i, d in enumerate(fetched.data):
             if d is None:
-                fill(work, fetched.tasks[i].out_region, layout.fill_value)
+                for work, task in targets(i):
+                    fill(work, task.out_region, layout.fill_value)
         if damaged and on_damaged == "raise":
             self.backend.finish()
             first = damaged[0]

@@ -43,7 +43,7 @@ class ChunkedArrayWriter:
         backend: Backend,
         *,
         name: str | None = None,
-        batch_bytes: int = DEFAULT_WRITE_BATCH_BYTES,
+        batch_bytes: int | None = None,
     ):
         self.array = array
         self.backend = backend
@@ -66,7 +66,7 @@ class ChunkedArrayWriter:
         zstd = fmt.codecs[0].config if fmt.codecs else None
         self.level = int(zstd.get("level", 3)) if zstd else None
         self.checksum = bool(zstd.get("checksum", False)) if zstd else False
-        self.batch_bytes = batch_bytes
+        self.batch_bytes = batch_bytes or backend.batch_bytes(4 << 30)
         self.store = array.store
         prefix = array.store_path.path
         self._prefix = f"{prefix}/" if prefix else ""

@@ -48,6 +48,12 @@ class GpuBackend(Backend):
         with self.device:
             return int(self.device.mem_info[0]) + int(pool.free_bytes())
 
+    def batch_bytes(self, read_nbytes: int) -> int:
+        """nvCOMP decodes one chunk per thread block: a batch needs hundreds of chunks in
+        flight to fill the GPU. Scratch is held to a fifth of the output (so a full-level
+        read peaks near 1.2x its size), between 256 MiB and 2 GiB."""
+        return int(min(2 << 30, max(256 << 20, read_nbytes // 5)))
+
     def reserve_for_read(self, out_nbytes: int, batch_bytes: int) -> None:
         # output + decode scratch + compressed staging on the device
         need = out_nbytes + 2 * min(batch_bytes, out_nbytes)

@@ -27,7 +27,7 @@ import numpy as np
 
 from .deps import require_gpu
 
-DEFAULT_BATCH_SIZE = 4096
+DEFAULT_BATCH_SIZE = 1024
 DEFAULT_CONCURRENCY = 64
 
 _patch_lock = threading.Lock()
