@@ -111,16 +111,6 @@ def layout_of(array: Any, name: str) -> ArrayLayout:
             **common,
         )
 
-    def unsharded(chunk: ChunkFormat) -> ArrayLayout:
-        return ArrayLayout(
-            chunk_shape=chunk_shape,
-            shard_shape=None,
-            chunk=chunk,
-            shard_index=None,
-            delegate_reason=None,
-            **common,
-        )
-
     if dtype.kind not in "biufc?" or dtype.fields is not None:
         return delegate(f"dtype {dtype} is read by zarr-python")
     if meta.zarr_format == 2:
@@ -130,7 +120,14 @@ def layout_of(array: Any, name: str) -> ArrayLayout:
         chunk = ChunkFormat(
             chunk_shape, np.dtype(meta.dtype.to_native_dtype()), meta.order, None, codecs
         )
-        return unsharded(chunk)
+        return ArrayLayout(
+            chunk_shape=chunk_shape,
+            shard_shape=None,
+            chunk=chunk,
+            shard_index=None,
+            delegate_reason=None,
+            **common,
+        )
 
     parsed = _parse_v3_chain(meta.codecs, chunk_shape, dtype)
     if isinstance(parsed, str):
@@ -159,7 +156,14 @@ def layout_of(array: Any, name: str) -> ArrayLayout:
     if type(array_bytes).__name__ != "BytesCodec":
         return delegate(f"array-to-bytes codec {type(array_bytes).__name__}")
     chunk = ChunkFormat(chunk_shape, _with_endian(dtype, array_bytes), "C", transpose, byte_codecs)
-    return unsharded(chunk)
+    return ArrayLayout(
+        chunk_shape=chunk_shape,
+        shard_shape=None,
+        chunk=chunk,
+        shard_index=None,
+        delegate_reason=None,
+        **common,
+    )
 
 
 def _parse_v3_chain(codecs: Any, shape: tuple[int, ...], dtype: np.dtype):
