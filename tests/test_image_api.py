@@ -171,3 +171,43 @@ def test_read_regions_equals_separate_reads(sample):
     ]
     for got, region in zip(img[0].read_regions(regions), regions, strict=True):
         np.testing.assert_array_equal(got, full[region])
+
+
+def _tiny_image(group, data, name="img"):
+    group.create_array("0", data=data, chunks=(4, 5))
+    axes = [{"name": "y", "type": "space", "unit": "micrometer"}, {"name": "x", "type": "space", "unit": "micrometer"}]
+    ds = [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [0.5, 0.25]}]}]
+    group.attrs["ome"] = {"version": "0.5", "multiscales": [{"axes": axes, "datasets": ds, "name": name}]}
+
+
+def test_bioformats2raw_layout_series(tmp_path):
+    root = zarr.open_group(str(tmp_path / "bf.zarr"), mode="w", zarr_format=3)
+    root.attrs["ome"] = {"version": "0.5", "bioformats2raw.layout": 3}
+    ome = root.create_group("OME")
+    ome.attrs["ome"] = {"version": "0.5", "series": ["0", "1"]}
+    first, second = np.arange(60, dtype="u2").reshape(6, 10), np.arange(60, 120, dtype="u2").reshape(6, 10)
+    _tiny_image(root.create_group("0"), first, "first")
+    _tiny_image(root.create_group("1"), second, "second")
+    series = lg.open_ome_zarr(tmp_path / "bf.zarr")
+    assert isinstance(series, lg.SeriesCollection) and len(series) == 2
+    assert series[1].name == "second" and series[1].scale(0) == (0.5, 0.25)
+    np.testing.assert_array_equal(series[0][0][...], first)
+    np.testing.assert_array_equal(series[1][0][2:5, ::3], second[2:5, ::3])
+
+
+def test_any_zarr_store_is_read_through_zarrs_async_api():
+    """A store that is not a local directory goes through zarr's store API (here memory)."""
+    from linumpy_gpu.engine.fetch import ZarrStoreSource
+
+    store = zarr.storage.MemoryStore()
+    root = zarr.open_group(store=store, mode="w", zarr_format=3)
+    data = (np.arange(24 * 30) % 97).astype("u2").reshape(24, 30)
+    arr = root.create_array("0", shape=data.shape, dtype="u2", chunks=(4, 5), shards=(8, 10))
+    arr[...] = data
+    axes = [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}]
+    ds = [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1, 1]}]}]
+    root.attrs["ome"] = {"version": "0.5", "multiscales": [{"axes": axes, "datasets": ds}]}
+    img = lg.open_ome_zarr(store)
+    assert isinstance(img[0]._reader.source, ZarrStoreSource)
+    np.testing.assert_array_equal(img[0][...], data)
+    np.testing.assert_array_equal(img[0][3:20:2, ::-4], data[3:20:2, ::-4])
