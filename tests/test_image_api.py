@@ -175,9 +175,15 @@ def test_read_regions_equals_separate_reads(sample):
 
 def _tiny_image(group, data, name="img"):
     group.create_array("0", data=data, chunks=(4, 5))
-    axes = [{"name": "y", "type": "space", "unit": "micrometer"}, {"name": "x", "type": "space", "unit": "micrometer"}]
+    axes = [
+        {"name": "y", "type": "space", "unit": "micrometer"},
+        {"name": "x", "type": "space", "unit": "micrometer"},
+    ]
     ds = [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [0.5, 0.25]}]}]
-    group.attrs["ome"] = {"version": "0.5", "multiscales": [{"axes": axes, "datasets": ds, "name": name}]}
+    group.attrs["ome"] = {
+        "version": "0.5",
+        "multiscales": [{"axes": axes, "datasets": ds, "name": name}],
+    }
 
 
 def test_bioformats2raw_layout_series(tmp_path):
@@ -185,7 +191,10 @@ def test_bioformats2raw_layout_series(tmp_path):
     root.attrs["ome"] = {"version": "0.5", "bioformats2raw.layout": 3}
     ome = root.create_group("OME")
     ome.attrs["ome"] = {"version": "0.5", "series": ["0", "1"]}
-    first, second = np.arange(60, dtype="u2").reshape(6, 10), np.arange(60, 120, dtype="u2").reshape(6, 10)
+    first, second = (
+        np.arange(60, dtype="u2").reshape(6, 10),
+        np.arange(60, 120, dtype="u2").reshape(6, 10),
+    )
     _tiny_image(root.create_group("0"), first, "first")
     _tiny_image(root.create_group("1"), second, "second")
     series = lg.open_ome_zarr(tmp_path / "bf.zarr")
