@@ -93,3 +93,17 @@ def test_cli_demo_runs(capsys):
     assert main(["demo", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "equal to zarr-python's read" in out and "DIFFERENT" not in out
+
+
+def test_cli_inspect_and_info(tmp_path, capsys):
+    from linumpy_gpu.cli import main
+    from linumpy_gpu.sample import write_sample
+
+    write_sample(tmp_path / "s.zarr")
+    assert main(["inspect", str(tmp_path / "s.zarr")]) == 0
+    assert "(96, 256, 256)" in capsys.readouterr().out
+    assert main(["inspect", str(tmp_path / "missing.zarr")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "linumpy-gpu" in out and "zarr" in out
