@@ -67,6 +67,7 @@ def main() -> None:
             )
             arr[...] = level
 
+    profile = _instrument()
     rows = {}
     for name, fn in [
         ("zarr-python CPU write (numpy, CPU pyramid)", zarr_cpu),
@@ -86,9 +87,45 @@ def main() -> None:
     print("| writer | seconds | GB/s (level 0 bytes) | x zarr-python |\n|---|---|---|---|")
     for name, t in rows.items():
         print(f"| {name} | {t:.2f} | {nbytes / t / 1e9:.2f} | {base / t:.1f} |")
+    print(
+        "linumpy_gpu write, seconds by stage (summed over calls; pyramid includes the GPU "
+        "downsampling, gather the chunk copies, encode nvCOMP and the device-to-host copy, "
+        "files the temporary-file writes and renames):"
+    )
+    print("  " + ", ".join(f"{k}={v:.2f}" for k, v in profile.items()))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"shape": shape, "seconds": rows}, f, indent=2)
+            json.dump({"shape": shape, "seconds": rows, "profile": profile}, f, indent=2)
+
+
+def _instrument() -> dict[str, float]:
+    """Time the write stages by wrapping them (in this benchmark process only)."""
+    import cupy
+
+    import linumpy_gpu.write as write_module
+    from linumpy_gpu.engine import writer as writer_module
+    from linumpy_gpu.gpu import backend as backend_module
+
+    profile = {"pyramid": 0.0, "gather": 0.0, "encode": 0.0, "files": 0.0}
+
+    def timed(owner, name, key, sync_gpu=False):
+        original = getattr(owner, name)
+
+        def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            out = original(*a, **k)
+            if sync_gpu:
+                cupy.cuda.Device().synchronize()
+            profile[key] += time.perf_counter() - t0
+            return out
+
+        setattr(owner, name, wrapper)
+
+    timed(write_module, "downsample", "pyramid", sync_gpu=True)
+    timed(backend_module.GpuBackend, "gather_chunks", "gather", sync_gpu=True)
+    timed(backend_module.GpuBackend, "encode_zstd", "encode")
+    timed(writer_module.ChunkedArrayWriter, "_put_all", "files")
+    return profile
 
 
 if __name__ == "__main__":
