@@ -220,3 +220,21 @@ def test_any_zarr_store_is_read_through_zarrs_async_api():
     assert isinstance(img[0]._reader.source, ZarrStoreSource)
     np.testing.assert_array_equal(img[0][...], data)
     np.testing.assert_array_equal(img[0][3:20:2, ::-4], data[3:20:2, ::-4])
+
+
+def test_damaged_chunk_on_the_cpu_raises_or_fills(tmp_path):
+    data = (np.arange(16 * 64 * 64) % 500).astype("u2").reshape(16, 64, 64)
+    lg.write_ome_zarr(tmp_path / "d.zarr", data, axes="zyx", chunks=(8, 64, 64), device="cpu")
+    chunk = tmp_path / "d.zarr" / "0" / "c" / "1" / "0" / "0"
+    raw = bytearray(chunk.read_bytes())
+    raw[len(raw) // 2] ^= 0x5A  # payload byte: the zstd content checksum catches it
+    chunk.write_bytes(bytes(raw))
+    img = lg.open_ome_zarr(tmp_path / "d.zarr")
+    with pytest.raises(lg.ChunkDecodeError) as info:
+        img[0][...]
+    assert info.value.key.endswith("c/1/0/0") and "0" in info.value.array
+    with pytest.warns(lg.DamagedChunkWarning, match="c/1/0/0"):
+        got = img[0].read(on_damaged="fill")
+    np.testing.assert_array_equal(got[:8], data[:8])  # the undamaged chunk is not lost
+    assert (got[8:] == 0).all()
+    np.testing.assert_array_equal(img[0][:8], data[:8])
