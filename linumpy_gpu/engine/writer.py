@@ -23,6 +23,8 @@ from .layout import ArrayLayout, layout_of
 from .reader import ChunkedArrayReader
 from .selection import normalize_selection
 
+DEFAULT_WRITE_BATCH_BYTES = 256 << 20
+
 
 class UnsupportedWriteError(LinumpyGpuError, ValueError):
     """The array's codecs or layout are not ones this writer produces."""
@@ -64,7 +66,7 @@ class ChunkedArrayWriter:
         zstd = fmt.codecs[0].config if fmt.codecs else None
         self.level = int(zstd.get("level", 3)) if zstd else None
         self.checksum = bool(zstd.get("checksum", False)) if zstd else False
-        self.batch_bytes = batch_bytes or backend.batch_bytes(5 << 29)
+        self.batch_bytes = batch_bytes or backend.batch_bytes(4 << 30)
         self.store = array.store
         prefix = array.store_path.path
         self._prefix = f"{prefix}/" if prefix else ""

@@ -1,7 +1,7 @@
 """Pinned host staging for compressed bytes: reads land here, then one copy to the GPU.
 
 A process-wide pool of pinned arenas, bounded by a cap (``LINUMPY_GPU_PINNED_CAP`` bytes,
-default 2 GiB: two batches in flight). A read takes one arena per batch in flight (two with prefetching) and gives
+default 1 GiB). A read takes one arena per batch in flight (two with prefetching) and gives
 it back once that batch's bytes are on the device; threads reading at once share the pool
 and wait for an arena rather than exceed the cap.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-DEFAULT_CAP = int(os.environ.get("LINUMPY_GPU_PINNED_CAP", 2 << 30))
+DEFAULT_CAP = int(os.environ.get("LINUMPY_GPU_PINNED_CAP", 1 << 30))
 ALIGN = 64
 
 

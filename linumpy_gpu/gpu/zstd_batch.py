@@ -26,7 +26,6 @@ from .kernels import FRAME_STATUS, kernel
 from .nvcomp_lib import zstd_api
 
 SLOT_ALIGN = 256
-KEEP_TEMP_BYTES = 256 << 20
 _BLOCK = 128
 
 
@@ -97,11 +96,6 @@ class ZstdBatchCodec:
         return self._pinned_view
 
     def _temp_buffer(self, nbytes: int) -> Any:
-        # Small scratch is kept for the next call; large scratch (big batches) is not, so a
-        # thread that decoded one big batch does not hold gigabytes afterwards.
-        if nbytes > KEEP_TEMP_BYTES:
-            with self.stream:
-                return self.cupy.empty(nbytes, dtype=np.uint8)
         if nbytes > self._temp_size:
             with self.stream:
                 self._temp = self.cupy.empty(max(nbytes, 1), dtype=np.uint8)
