@@ -302,8 +302,6 @@ def _write_pyramid(arrays, data, factors, method, backend, bar, written, is_dask
 
 def _write_dask(writer: Any, data: Any, bar: Any) -> None:
     """Level 0 from a dask array, one storage-aligned block at a time."""
-    import dask.array as da
-
     unit = writer.layout.shard_shape or writer.layout.chunk_shape
     aligned = data.rechunk(
         tuple(max(u, (c[0] // u) * u) for u, c in zip(unit, data.chunks, strict=True))
@@ -313,7 +311,6 @@ def _write_dask(writer: Any, data: Any, bar: Any) -> None:
         starts = [sum(c[:k]) for c, k in zip(aligned.chunks, index, strict=True)]
         region = tuple(slice(s, s + n) for s, n in zip(starts, block.shape, strict=True))
         writer.write(region, block, progress=bar)
-    del da
 
 
 def update_level(

@@ -27,8 +27,6 @@ from .plan import ChunkTask, plan_chunks
 from .selection import Selection, normalize_selection
 from .sharding import ShardIndexError, index_request_args, inner_entry, parse_index, shard_coords
 
-DEFAULT_BATCH_BYTES = 256 << 20
-
 
 @dataclass
 class _Fetched:

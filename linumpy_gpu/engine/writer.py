@@ -23,8 +23,6 @@ from .layout import ArrayLayout, layout_of
 from .reader import ChunkedArrayReader
 from .selection import normalize_selection
 
-DEFAULT_WRITE_BATCH_BYTES = 256 << 20
-
 
 class UnsupportedWriteError(LinumpyGpuError, ValueError):
     """The array's codecs or layout are not ones this writer produces."""
@@ -130,14 +128,14 @@ class ChunkedArrayWriter:
         layout = self.layout
         chunk = layout.chunk_shape
         if layout.shard_shape is None:
-            regions = [self._region(u, chunk, data.shape, origin) for u in units]
+            regions = [self._region(u, chunk, origin) for u in units]
             return self._encode_chunks(data, regions)
         per = layout.shard_index.inner_per_shard
         inner_regions, owners = [], []
         for k, shard in enumerate(units):
             for inner in itertools.product(*(range(p) for p in per)):
                 coords = tuple(s * p + i for s, p, i in zip(shard, per, inner, strict=True))
-                region = self._region(coords, chunk, data.shape, origin)
+                region = self._region(coords, chunk, origin)
                 inner_regions.append(region)
                 owners.append(k)
         frames = self._encode_chunks(data, inner_regions)
@@ -149,12 +147,11 @@ class ChunkedArrayWriter:
             shards.append(_assemble_shard(parts, regions))
         return shards
 
-    def _region(self, coords, chunk, data_shape, origin):
-        """Slices of ``data`` that chunk ``coords`` covers, or None if outside the array."""
+    def _region(self, coords, chunk, origin):
+        """Slices of ``data`` (which starts at ``origin``) that chunk ``coords`` covers, or
+        None if the chunk lies outside the array."""
         out = []
-        for c, size, o, _n, full in zip(
-            coords, chunk, origin, data_shape, self.layout.shape, strict=True
-        ):
+        for c, size, o, full in zip(coords, chunk, origin, self.layout.shape, strict=True):
             a = c * size
             if a >= full:
                 return None
