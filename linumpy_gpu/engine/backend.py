@@ -23,6 +23,16 @@ from .layout import ChunkFormat
 EncodedChunk = tuple[str, memoryview]  # (key for messages, stored bytes)
 
 
+class _Placed:
+    """Marks a chunk a backend decoded straight into its place in the output."""
+
+    def __repr__(self) -> str:
+        return "PLACED"
+
+
+PLACED = _Placed()
+
+
 class Backend:
     """Interface of a backend (the CPU one is the reference implementation)."""
 
@@ -38,9 +48,26 @@ class Backend:
     def from_host(self, array: np.ndarray) -> Any:
         raise NotImplementedError
 
+    # A backend that can decode into the output's memory (in place, or using bytes not yet
+    # written as scratch) gets a Placement per batch.
+    borrows_output = False
+
     def batch_bytes(self, read_nbytes: int) -> int:
-        """Decoded bytes per batch for a read of ``read_nbytes`` (bounds scratch memory)."""
+        """Most decoded bytes per batch for a read of ``read_nbytes``."""
         return 256 << 20
+
+    def staging_batch_bytes(self) -> int | None:
+        """Most stored bytes one batch may stage (None: no staging bound)."""
+        return None
+
+    def scratch_bytes(self, fmt: ChunkFormat, n: int, n_direct: int, stored_fraction: float) -> int:
+        """Memory a batch of ``n`` chunks (``n_direct`` decoded in place) needs besides the
+        output, for the read's budget."""
+        return 0
+
+    def scratch_budget(self, out_nbytes: int) -> int | None:
+        """Most memory a read of ``out_nbytes`` may hold besides its output (None: no cap)."""
+        return None
 
     def reserve_for_read(self, out_nbytes: int, batch_bytes: int) -> None:
         """Refuse up front a read whose output and scratch cannot fit (GPU backends)."""
@@ -49,19 +76,26 @@ class Backend:
         """The error to raise when a read ran out of memory (after freeing what it held)."""
         return MemoryError(f"not enough memory for a {out_nbytes / 2**30:.2f} GiB read")
 
-    def acquire_staging(self, nbytes: int) -> Any:
-        """A staging area the fetch stage may read ``nbytes`` into (None: plain memory)."""
+    def acquire_staging(self) -> Any:
+        """A staging area the fetch stage reads one batch into (its ``reserve`` allocates),
+        or None for ordinary memory."""
         return None
 
     def release_staging(self, staging: Any) -> None:
         """Give back what :meth:`acquire_staging` returned, once its batch is decoded."""
 
     def decode(
-        self, chunks: Sequence[EncodedChunk], fmt: ChunkFormat, array: str, staging: Any = None
+        self,
+        chunks: Sequence[EncodedChunk],
+        fmt: ChunkFormat,
+        array: str,
+        staging: Any = None,
+        placement: Any = None,
     ) -> list[Any]:
-        """Decode a batch: for each chunk a 1-D uint8 array of ``fmt.nbytes`` bytes, or the
-        :class:`ChunkDecodeError` that says why it could not be decoded (the others of the
-        batch are still delivered)."""
+        """Decode a batch: for each chunk a 1-D uint8 array of ``fmt.nbytes`` bytes,
+        :data:`PLACED` where it was decoded straight into the output (``placement``), or
+        the :class:`ChunkDecodeError` that says why it could not be decoded (the others of
+        the batch are still delivered)."""
         raise NotImplementedError
 
     def finish(self) -> None:
@@ -180,7 +214,7 @@ class CpuBackend(Backend):
         if not out.flags.writeable:
             raise OutputMismatchError("out is read-only")
 
-    def decode(self, chunks, fmt, array, staging=None):
+    def decode(self, chunks, fmt, array, staging=None, placement=None):
         def one(item: EncodedChunk) -> np.ndarray | ChunkDecodeError:
             key, data = item
             try:

@@ -15,7 +15,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-DEFAULT_IO_THREADS = min(32, 2 * (os.cpu_count() or 2))
+MAX_IO_THREADS = min(16, 2 * (os.cpu_count() or 2))
+# Below this many bytes per read, a thread spends more time handing the GIL around than
+# copying (measured on an H200 host: 330 KB reads peak at 4 threads, 2.7 MB reads at 16).
+BYTES_PER_THREAD = 96 << 10
+
+
+def threads_for(bytes_per_read: int | None, limit: int = MAX_IO_THREADS) -> int:
+    """Read threads for reads of about ``bytes_per_read`` bytes each."""
+    if not bytes_per_read:
+        return limit
+    return max(2, min(limit, round(bytes_per_read / BYTES_PER_THREAD)))
 
 
 @dataclass(frozen=True)
@@ -34,21 +44,28 @@ Allocator = Callable[[int], "memoryview | None"]
 
 class ByteSource(Protocol):
     def fetch(
-        self, requests: Sequence[ByteRequest], allocate: Allocator | None = None
+        self,
+        requests: Sequence[ByteRequest],
+        allocate: Allocator | None = None,
+        size_hint: int | None = None,
     ) -> list[memoryview | None]:
         """The bytes of each request, or None where the object does not exist. With
         ``allocate``, a source may read straight into the buffers it hands out (e.g.
-        pinned staging memory); where it returns None, ordinary memory is used."""
+        pinned staging memory); where it returns None, ordinary memory is used.
+        ``size_hint`` (bytes per request, roughly) lets a source pick its parallelism."""
         ...
 
 
 class LocalFileSource:
-    """Reads files under ``root`` with positional reads from a shared thread pool."""
+    """Reads files under ``root`` with positional reads from a shared thread pool.
+
+    Requests on the same file share one open; ranged requests that touch end to end
+    (inner chunks of a shard) are read with one call into one buffer and sliced."""
 
     _pools: dict[int, ThreadPoolExecutor] = {}
     _pools_lock = threading.Lock()
 
-    def __init__(self, root: str | os.PathLike[str], threads: int = DEFAULT_IO_THREADS):
+    def __init__(self, root: str | os.PathLike[str], threads: int | None = None):
         self.root = os.fspath(root)
         self.threads = threads
 
@@ -62,51 +79,90 @@ class LocalFileSource:
     def path_of(self, key: str) -> str:
         return os.path.join(self.root, *key.split("/"))
 
-    def read_one(
-        self, request: ByteRequest, allocate: Allocator | None = None
-    ) -> memoryview | None:
+    def _read_file(
+        self,
+        key: str,
+        requests: Sequence[ByteRequest],
+        allocate: Allocator | None,
+    ) -> list[memoryview | None]:
         try:
-            fd = os.open(self.path_of(request.key), os.O_RDONLY)
+            fd = os.open(self.path_of(key), os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError):
-            return None
+            return [None] * len(requests)
         try:
             size = os.fstat(fd).st_size
-            if request.suffix is not None:
-                offset = max(0, size - request.suffix)
-                length = size - offset
-            else:
-                offset = request.offset
-                end = size if request.length is None else min(size, offset + request.length)
-                length = max(0, end - offset)
-            view = allocate(length) if allocate is not None else None
-            if view is None:
-                view = memoryview(bytearray(length))
-            done = 0
-            while done < length:
-                n = os.preadv(fd, [view[done:]], offset + done)
-                if n == 0:
-                    break
-                done += n
-            return view[:done]
+            spans = []
+            for r in requests:
+                if r.suffix is not None:
+                    start = max(0, size - r.suffix)
+                    spans.append((start, size))
+                else:
+                    end = size if r.length is None else min(size, r.offset + r.length)
+                    spans.append((min(r.offset, size), max(min(r.offset, size), end)))
+            out: list[memoryview | None] = [None] * len(requests)
+            order = sorted(range(len(requests)), key=lambda i: spans[i][0])
+            run: list[int] = []
+            for i in order:
+                if run and spans[i][0] != spans[run[-1]][1]:
+                    self._read_run(fd, run, spans, out, allocate)
+                    run = []
+                run.append(i)
+            if run:
+                self._read_run(fd, run, spans, out, allocate)
+            return out
         finally:
             os.close(fd)
 
+    @staticmethod
+    def _read_run(fd, run, spans, out, allocate) -> None:
+        start, end = spans[run[0]][0], spans[run[-1]][1]
+        length = end - start
+        view = allocate(length) if allocate is not None and length else None
+        if view is None:
+            view = memoryview(bytearray(length))
+        done = 0
+        while done < length:
+            n = os.preadv(fd, [view[done:]], start + done)
+            if n == 0:
+                break
+            done += n
+        for i in run:
+            a, b = spans[i]
+            out[i] = view[a - start : min(b, start + done) - start]
+
     def fetch(
-        self, requests: Sequence[ByteRequest], allocate: Allocator | None = None
+        self,
+        requests: Sequence[ByteRequest],
+        allocate: Allocator | None = None,
+        size_hint: int | None = None,
     ) -> list[memoryview | None]:
-        n = len(requests)
-        if n <= 1:
-            return [self.read_one(r, allocate) for r in requests]
-        # Interleaved groups, one task each: per-request executor overhead dominated
-        # small-chunk reads (a future per chunk costs about as much as reading 64 KiB).
-        groups = min(n, 2 * self.threads)
-        out: list[memoryview | None] = [None] * n
+        by_key: dict[str, list[int]] = {}
+        for i, r in enumerate(requests):
+            by_key.setdefault(r.key, []).append(i)
+        files = list(by_key.items())
+        out: list[memoryview | None] = [None] * len(requests)
+
+        def read(item: tuple[str, list[int]]) -> None:
+            key, members = item
+            views = self._read_file(key, [requests[i] for i in members], allocate)
+            for i, v in zip(members, views, strict=True):
+                out[i] = v
+
+        if len(files) <= 1:
+            for item in files:
+                read(item)
+            return out
+        per_file = size_hint * len(requests) // len(files) if size_hint else None
+        threads = self.threads or threads_for(per_file)
+        # Interleaved groups, one task each: a future per file costs about as much as
+        # reading 64 KiB.
+        groups = min(len(files), 2 * threads)
 
         def run(g: int) -> None:
-            for i in range(g, n, groups):
-                out[i] = self.read_one(requests[i], allocate)
+            for k in range(g, len(files), groups):
+                read(files[k])
 
-        list(self.pool(self.threads).map(run, range(groups)))
+        list(self.pool(threads).map(run, range(groups)))
         return out
 
 
@@ -118,7 +174,10 @@ class ZarrStoreSource:
         self.concurrency = concurrency
 
     def fetch(
-        self, requests: Sequence[ByteRequest], allocate: Allocator | None = None
+        self,
+        requests: Sequence[ByteRequest],
+        allocate: Allocator | None = None,
+        size_hint: int | None = None,
     ) -> list[memoryview | None]:
         from zarr.core.sync import sync
 

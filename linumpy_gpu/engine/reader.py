@@ -11,7 +11,7 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +20,8 @@ import numpy as np
 
 from ..errors import ChunkDecodeError, DamagedChunkWarning, LinumpyGpuError
 from .assemble import fill
-from .backend import Backend
+from .backend import PLACED, Backend
+from .batching import Placement, output_geometry, plan_batches
 from .fetch import ByteRequest, ByteSource, coalesce, source_for
 from .layout import ArrayLayout, layout_of
 from .plan import ChunkTask, plan_chunks
@@ -34,6 +35,7 @@ class _Fetched:
     keys: list[str]
     data: list[memoryview | None]
     staging: Any = None
+    placement: Placement | None = None
 
 
 class ChunkedArrayReader:
@@ -62,11 +64,17 @@ class ChunkedArrayReader:
         self._index_cache_size = index_cache_size
         self._lock = threading.Lock()
         self.last_profile: dict[str, float] = {}
+        # stored bytes per decoded byte, learned from reads (sizes staging per batch)
+        self._stored_fraction = 1.0
 
     # -- public ---------------------------------------------------------------------------
 
     def read(
-        self, index: Any = (), out: Any = None, progress: Any = None, on_damaged: str = "raise"
+        self,
+        index: Any = (),
+        out: Any = None,
+        progress: Any = None,
+        on_damaged: str = "raise",
     ) -> Any:
         """Read ``index`` (numpy basic indexing) into a new array or into ``out``.
 
@@ -106,39 +114,65 @@ class ChunkedArrayReader:
         profile = {"plan": 0.0, "fetch": 0.0, "wait_fetch": 0.0, "decode": 0.0, "place": 0.0}
         self._profile = profile
         tasks = list(plan_chunks(sel, layout.shape, layout.chunk_shape))
-        batches = self._batches(tasks)
+        geometry = None
+        if self.backend.borrows_output:
+            fmt = layout.chunk
+            plain = (
+                fmt is not None
+                and fmt.order == "C"
+                and fmt.transpose is None
+                and not fmt.needs_byteswap
+                and fmt.stored_dtype.itemsize == layout.dtype.itemsize
+            )
+            geometry = output_geometry(
+                tasks, work, layout.chunk_shape, layout.dtype.itemsize, plain
+            )
+        out_nbytes = sel.size * layout.dtype.itemsize
+        batches = self._batches(tasks, geometry, out_nbytes)
         profile["plan"] = time.perf_counter() - t_start
         if progress is not None:
             progress.reset(total=len(tasks))
         damaged: list[ChunkDecodeError] = []
-        if len(batches) == 1:
-            fetched = self._fetch(batches[0])
+        n_batches = 0
+        first = next(batches, None)
+        if first is not None and len(first[0]) == len(tasks):  # one batch: nothing to overlap
+            fetched = self._fetch(*first)
+            n_batches = 1
             damaged += self._decode_and_place(
                 fetched, lambda i, f=fetched: [(work, f.tasks[i])], on_damaged
             )
-        else:
-            with ThreadPoolExecutor(1, thread_name_prefix="linumpy-prefetch") as prefetch:
-                pending: Future | None = prefetch.submit(self._fetch, batches[0])
-                try:
-                    for i in range(len(batches)):
-                        t0 = time.perf_counter()
-                        fetched = pending.result()
-                        profile["wait_fetch"] += time.perf_counter() - t0
-                        pending = None
-                        if i + 1 < len(batches):
-                            pending = prefetch.submit(self._fetch, batches[i + 1])
-                        damaged += self._decode_and_place(
-                            fetched, lambda i, f=fetched: [(work, f.tasks[i])], on_damaged
-                        )
-                        if progress is not None:
-                            progress.update(len(fetched.tasks))
-                finally:
-                    if pending is not None:  # a failed read still gives its staging back
-                        with contextlib.suppress(Exception):
-                            self.backend.release_staging(pending.result().staging)
+            if progress is not None:
+                progress.update(len(fetched.tasks))
+            first = None
+        with contextlib.ExitStack() as stack:
+            pending: Future | None = None
+            if first is not None:
+                prefetch = stack.enter_context(
+                    ThreadPoolExecutor(1, thread_name_prefix="linumpy-prefetch")
+                )
+                pending = prefetch.submit(self._fetch, *first)
+            try:
+                while pending is not None:
+                    t0 = time.perf_counter()
+                    fetched = pending.result()
+                    profile["wait_fetch"] += time.perf_counter() - t0
+                    pending = None
+                    nxt = next(batches, None)  # sized with what this batch taught
+                    if nxt is not None:
+                        pending = prefetch.submit(self._fetch, *nxt)
+                    n_batches += 1
+                    damaged += self._decode_and_place(
+                        fetched, lambda i, f=fetched: [(work, f.tasks[i])], on_damaged
+                    )
+                    if progress is not None:
+                        progress.update(len(fetched.tasks))
+            finally:
+                if pending is not None:  # a failed read still gives its staging back
+                    with contextlib.suppress(Exception):
+                        self.backend.release_staging(pending.result().staging)
         self.backend.finish()
         profile["total"] = time.perf_counter() - t_start
-        profile["batches"] = len(batches)
+        profile["batches"] = n_batches
         profile["chunks"] = len(tasks)
         self.last_profile = profile
         if damaged:
@@ -167,8 +201,9 @@ class ChunkedArrayReader:
                 feeds.setdefault(task.coords, []).append((work, task))
         unique = [pairs[0][1] for pairs in feeds.values()]
         self._profile = {"plan": 0.0, "fetch": 0.0, "wait_fetch": 0.0, "decode": 0.0, "place": 0.0}
-        for batch in self._batches(unique):
-            fetched = self._fetch(batch)
+        out_nbytes = sum(s.size for s in sels) * layout.dtype.itemsize
+        for batch in self._batches(unique, None, out_nbytes):
+            fetched = self._fetch(*batch)
             self._decode_and_place(fetched, lambda i, f=fetched: feeds[f.tasks[i].coords], "raise")
         self.backend.finish()
         return [sel.result_view(work) for sel, work in zip(sels, works, strict=True)]
@@ -180,25 +215,49 @@ class ChunkedArrayReader:
             return max(1, self.batch_bytes)
         return self.backend.batch_bytes(read_nbytes)
 
-    def _batches(self, tasks: list[ChunkTask]) -> list[list[ChunkTask]]:
-        per_chunk = self.layout.chunk.nbytes if self.layout.chunk else 1
-        batch_bytes = self._batch_bytes(len(tasks) * per_chunk)
-        per_batch = max(1, batch_bytes // max(1, per_chunk))
-        return [tasks[i : i + per_batch] for i in range(0, len(tasks), per_batch)]
+    def _batches(
+        self, tasks: list[ChunkTask], geometry: Any, out_nbytes: int
+    ) -> Iterator[tuple[list[ChunkTask], Placement | None]]:
+        fmt = self.layout.chunk
+        per_chunk = fmt.nbytes if fmt else 1
+        by_decoded = max(1, self._batch_bytes(len(tasks) * per_chunk) // max(1, per_chunk))
+        staging = self.backend.staging_batch_bytes()
 
-    def _fetch(self, tasks: list[ChunkTask]) -> _Fetched:
+        def max_chunks() -> int:
+            if staging is None:
+                return by_decoded
+            stored = per_chunk * self._stored_fraction * 1.1 + 512
+            return max(1, min(by_decoded, int(staging // stored)))
+
+        def scratch_bytes(n: int, n_direct: int) -> int:
+            return self.backend.scratch_bytes(fmt, n, n_direct, self._stored_fraction)
+
+        budget = self.backend.scratch_budget(out_nbytes)
+        for first, stop, placement in plan_batches(
+            len(tasks), max_chunks, scratch_bytes, geometry, budget
+        ):
+            yield tasks[first:stop], placement
+
+    def _fetch(self, tasks: list[ChunkTask], placement: Placement | None = None) -> _Fetched:
         t0 = time.perf_counter()
         try:
-            return self._fetch_staged(tasks)
+            fetched = self._fetch_staged(tasks)
+            fetched.placement = placement
+            self._learn_ratio(fetched)
+            return fetched
         finally:
             profile = getattr(self, "_profile", None)
             if profile is not None:
                 profile["fetch"] += time.perf_counter() - t0
 
+    def _learn_ratio(self, fetched: _Fetched) -> None:
+        sizes = [len(d) for d in fetched.data if d is not None]
+        if sizes and self.layout.chunk is not None:
+            fraction = sum(sizes) / (len(sizes) * max(1, self.layout.chunk.nbytes))
+            self._stored_fraction = min(1.05, max(0.01, fraction))
+
     def _fetch_staged(self, tasks: list[ChunkTask]) -> _Fetched:
-        # Compressed bytes of a batch fit in about its decoded size (zstd/blosc bound).
-        estimate = len(tasks) * (self.layout.chunk.nbytes * 1.01 + 128) + 4096
-        staging = self.backend.acquire_staging(int(estimate))
+        staging = self.backend.acquire_staging()
         try:
             return self._fetch_into(tasks, staging)
         except BaseException:
@@ -210,7 +269,8 @@ class ChunkedArrayReader:
         allocate = getattr(staging, "reserve", None)
         if layout.shard_index is None:
             keys = [self._prefix + layout.storage_key(t.coords) for t in tasks]
-            data = self.source.fetch([ByteRequest(k) for k in keys], allocate)
+            hint = int(layout.chunk.nbytes * self._stored_fraction) if layout.chunk else None
+            data = self.source.fetch([ByteRequest(k) for k in keys], allocate, hint)
             return _Fetched(tasks, keys, data, staging)
         fmt = layout.shard_index
         shard_keys = [self._prefix + layout.storage_key(shard_coords(t.coords, fmt)) for t in tasks]
@@ -232,7 +292,8 @@ class ChunkedArrayReader:
             merged, where = coalesce(requests)
         else:  # each inner chunk to its own aligned staging slot, ready for the device
             merged, where = requests, [(k, 0, r.length or 0) for k, r in enumerate(requests)]
-        blobs = self.source.fetch(merged, allocate)
+        hint = sum(r.length or 0 for r in merged) // max(1, len(merged))
+        blobs = self.source.fetch(merged, allocate, hint)
         data: list[memoryview | None] = []
         for t_key, slot in zip(keys, slots, strict=True):
             if slot is None:
@@ -280,17 +341,25 @@ class ChunkedArrayReader:
         profile = getattr(self, "_profile", None) or {"decode": 0.0, "place": 0.0}
         t0 = time.perf_counter()
         try:
+            placement = fetched.placement
+            if placement is not None and len(present) != len(fetched.data):
+                placement = Placement(
+                    placement.buffer, [placement.direct[i] for i in present], placement.scratch
+                )
             decoded = self.backend.decode(
                 [(fetched.keys[i], fetched.data[i]) for i in present],
                 layout.chunk,
                 self.name,
                 staging=fetched.staging,
+                placement=placement,
             )
         finally:
             self.backend.release_staging(fetched.staging)
         damaged = []
         groups: dict[int, tuple[Any, list[ChunkTask], list[Any]]] = {}
         for i, raw in zip(present, decoded, strict=True):
+            if raw is PLACED:
+                continue
             for work, task in targets(i):
                 if isinstance(raw, ChunkDecodeError):
                     fill(work, task.out_region, layout.fill_value)

@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..engine.backend import Backend, CpuBackend, EncodedChunk
+from ..engine.backend import PLACED, Backend, CpuBackend, EncodedChunk
 from ..engine.codecs import ChecksumMismatch, crc32c_strip
 from ..engine.layout import ChunkFormat
 from ..errors import ChunkDecodeError, DeviceMemoryError, OutputMismatchError
 from .kernels import kernel
+from .nvcomp_lib import zstd_api
 from .staging import staging_pool
-from .zstd_batch import SLOT_ALIGN, codec_for_current_device, round_up
+from .zstd_batch import SLOT_ALIGN, Workspace, codec_for_current_device, round_up
 
 MAX_SCATTER_DIMS = 6
+# nvCOMP decodes each chunk serially: a batch of 500 chunks takes about as long as one of
+# 30, so batches are as large as memory allows, up to this many decoded bytes.
+MAX_BATCH_BYTES = 2 << 30
+# Memory a read may hold besides its output: this fraction of the output, at least
+# SCRATCH_FLOOR (small reads need a batch's worth of decoder workspace to be fast).
+SCRATCH_FRACTION = float(os.environ.get("LINUMPY_GPU_SCRATCH_FRACTION", 0.25))
+SCRATCH_FLOOR = int(os.environ.get("LINUMPY_GPU_SCRATCH_FLOOR", 1 << 30))
 
 _local = threading.local()
 
@@ -48,15 +57,32 @@ class GpuBackend(Backend):
         with self.device:
             return int(self.device.mem_info[0]) + int(pool.free_bytes())
 
+    borrows_output = True
+
     def batch_bytes(self, read_nbytes: int) -> int:
-        """nvCOMP decodes one chunk per thread block: a batch needs hundreds of chunks in
-        flight to fill the GPU. Scratch is held to a fifth of the output (so a full-level
-        read peaks near 1.2x its size), between 256 MiB and 2 GiB."""
-        return int(min(2 << 30, max(256 << 20, read_nbytes // 5)))
+        return MAX_BATCH_BYTES
+
+    def staging_batch_bytes(self) -> int:
+        # Most of the ring: the next batch's reads start while this one's copy finishes.
+        return staging_pool().cap * 3 // 4
+
+    def scratch_bytes(self, fmt: ChunkFormat, n: int, n_direct: int, stored_fraction: float) -> int:
+        """Compressed bytes on the device, decoded slots and nvCOMP's workspace (about
+        three times the decoded batch: measured with nvCOMP 6 zstd)."""
+        stride = round_up(fmt.nbytes, SLOT_ALIGN)
+        stored = n * (round_up(int(fmt.nbytes * stored_fraction * 1.1), SLOT_ALIGN) + SLOT_ALIGN)
+        if not fmt.codecs:
+            return n * stride
+        if not gpu_decodable(fmt):
+            return n * stride
+        temp = zstd_api().decompress_temp_bytes(n, fmt.nbytes, n * fmt.nbytes, 0)
+        return stored + (n - n_direct) * stride + round_up(temp, SLOT_ALIGN) + (1 << 20)
+
+    def scratch_budget(self, out_nbytes: int) -> int:
+        return max(int(SCRATCH_FRACTION * out_nbytes), SCRATCH_FLOOR)
 
     def reserve_for_read(self, out_nbytes: int, batch_bytes: int) -> None:
-        # output + decode scratch + compressed staging on the device
-        need = out_nbytes + 2 * min(batch_bytes, out_nbytes)
+        need = out_nbytes + self.scratch_budget(out_nbytes)
         free = self.free_bytes()
         if need > free:
             raise self.memory_error(out_nbytes, batch_bytes, free)
@@ -64,7 +90,7 @@ class GpuBackend(Backend):
     def memory_error(self, out_nbytes: int, batch_bytes: int, free: int | None = None):
         self.xp.get_default_memory_pool().free_all_blocks()
         free = self.free_bytes() if free is None else free
-        need = out_nbytes + 2 * min(batch_bytes, out_nbytes)
+        need = out_nbytes + self.scratch_budget(out_nbytes)
         return DeviceMemoryError(
             f"this read needs about {need / 2**30:.2f} GiB on {self.name} "
             f"({out_nbytes / 2**30:.2f} GiB of output + decode scratch) but "
@@ -132,12 +158,12 @@ class GpuBackend(Backend):
                     (d_jobs[first : first + count], np.int32(ndim)),
                 )
 
-    def acquire_staging(self, nbytes: int):
-        return staging_pool().acquire(nbytes)
+    def acquire_staging(self):
+        return staging_pool().batch()
 
     def release_staging(self, staging) -> None:
         if staging is not None:
-            staging_pool().release(staging)
+            staging.release()
 
     def place_all(self, work, tasks, raws, fmt, dtype) -> None:
         """All chunks of a batch into ``work`` with one scatter kernel launch."""
@@ -187,7 +213,12 @@ class GpuBackend(Backend):
         """Reads stay queued on the current stream; nothing to wait for here."""
 
     def decode(
-        self, chunks: Sequence[EncodedChunk], fmt: ChunkFormat, array: str, staging: Any = None
+        self,
+        chunks: Sequence[EncodedChunk],
+        fmt: ChunkFormat,
+        array: str,
+        staging: Any = None,
+        placement: Any = None,
     ) -> list[Any]:
         with self.device:
             if not fmt.codecs:  # uncompressed: straight to the device, placed from there
@@ -201,31 +232,55 @@ class GpuBackend(Backend):
                     for i, (key, _) in enumerate(chunks)
                 ]
             if gpu_decodable(fmt):
-                return self._decode_zstd(chunks, fmt, array, staging)
+                return self._decode_zstd(chunks, fmt, array, staging, placement)
+            if staging is not None:
+                staging.release()
             return self._upload_all(self._cpu.decode(chunks, fmt, array))
 
-    def _decode_zstd(self, chunks, fmt, array, staging) -> list[Any]:
+    def _decode_zstd(self, chunks, fmt, array, staging, placement) -> list[Any]:
         frames: list[Any] = []
+        originals: list[Any] = []
         results: list[Any] = [None] * len(chunks)
         positions = []
         has_crc = fmt.codecs[-1].name == "crc32c"
         for i, (key, data) in enumerate(chunks):
             if has_crc:
                 try:
-                    data = crc32c_strip(data)
+                    stripped = crc32c_strip(data)
                 except ChecksumMismatch as exc:
                     results[i] = ChunkDecodeError(array, key, str(exc))
                     continue
+            else:
+                stripped = data
             positions.append(i)
-            frames.append(data)
-        batch = codec_for_current_device().decode_host(frames, fmt.nbytes, staging)
+            frames.append(stripped)
+            originals.append(data)
+        targets = None
+        workspace = None
+        if placement is not None:
+            base = placement.buffer.data.ptr
+            targets = np.fromiter(
+                (
+                    0 if placement.direct[i] is None else base + placement.direct[i]
+                    for i in positions
+                ),
+                dtype=np.uint64,
+                count=len(positions),
+            )
+            if placement.scratch is not None:
+                start, stop = placement.scratch
+                workspace = Workspace(base + start, stop - start, placement.buffer)
+        batch = codec_for_current_device().decode_host(
+            frames, fmt.nbytes, staging, targets, workspace, locations=originals
+        )
         for slot, i in enumerate(positions):
             reason = batch.failures.get(slot)
-            results[i] = (
-                ChunkDecodeError(array, chunks[i][0], reason)
-                if reason is not None
-                else batch.slot_ref(slot)
-            )
+            if reason is not None:
+                results[i] = ChunkDecodeError(array, chunks[i][0], reason)
+            elif targets is not None and targets[slot]:
+                results[i] = PLACED
+            else:
+                results[i] = batch.slot_ref(slot)
         return results
 
     def _upload_all(self, decoded: list[Any]) -> list[Any]:

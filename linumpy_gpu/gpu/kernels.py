@@ -128,7 +128,7 @@ __device__ __forceinline__ u64 rd64(const u8* p) {
 
 /* Four threads per chunk, one per XXH64 accumulator lane; chunk data 8-byte aligned. */
 extern "C" __global__ void zstd_xxh64_verify(
-    const u8* __restrict__ data, const u64 stride, const u64 length,
+    const u64* __restrict__ ptrs, const u64 length,
     const int* __restrict__ status, const u32* __restrict__ stored_checksum, const int n,
     int* __restrict__ mismatch)
 {
@@ -136,7 +136,7 @@ extern "C" __global__ void zstd_xxh64_verify(
     const int chunk = t >> 2;
     const int lane = t & 3;
     const bool active = chunk < n && status[chunk] == 1;
-    const u8* p = data + (u64)(chunk < n ? chunk : 0) * stride;
+    const u8* p = (const u8*)ptrs[chunk < n ? chunk : 0];
     const u64 stripes = length / 32;
     u64 v = lane == 0 ? P1 + P2 : (lane == 1 ? P2 : (lane == 2 ? 0ull : 0ull - P1));
     if (active) {

@@ -1,25 +1,31 @@
-"""Pinned host staging for compressed bytes: reads land here, then one copy to the GPU.
+"""Pinned host staging for compressed bytes: reads land here, then go to the GPU.
 
-A process-wide pool of pinned arenas, bounded by a cap (``LINUMPY_GPU_PINNED_CAP`` bytes,
-default 1 GiB). A read takes one arena per batch in flight (two with prefetching) and gives
-it back once that batch's bytes are on the device; threads reading at once share the pool
-and wait for an arena rather than exceed the cap.
+A process-wide ring of fixed-size pinned arenas, bounded by a cap
+(``LINUMPY_GPU_PINNED_CAP`` bytes, default 1 GiB, in arenas of ``LINUMPY_GPU_PINNED_ARENA``
+bytes, default 64 MiB). A batch fills arenas as its reads need them (one
+:class:`StagedBatch` per batch) and gives them back as soon as its bytes are on the device,
+so the next batch's reads never wait for a decode. Threads reading at once share the ring;
+a read that cannot get an arena within a short wait reads into ordinary memory instead of
+exceeding the cap.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
+import time
 from typing import Any
 
 import numpy as np
 
 DEFAULT_CAP = int(os.environ.get("LINUMPY_GPU_PINNED_CAP", 1 << 30))
-ALIGN = 64
+DEFAULT_ARENA = int(os.environ.get("LINUMPY_GPU_PINNED_ARENA", 64 << 20))
+ALIGN = 256  # every reservation starts on this boundary (nvCOMP input alignment and more)
 
 
 class Arena:
-    """One pinned buffer handed out front to back (thread-safe bump allocation)."""
+    """One pinned buffer, handed out front to back."""
 
     def __init__(self, size: int):
         import cupy
@@ -27,45 +33,27 @@ class Arena:
         self.size = size
         self._mem = cupy.cuda.alloc_pinned_memory(size)
         self.array = np.frombuffer(self._mem, dtype=np.uint8, count=size)
+        self.view = memoryview(self.array)
         self.base = self.array.ctypes.data
         self.used = 0
-        self._lock = threading.Lock()
-
-    def reset(self) -> None:
-        self.used = 0
-
-    def reserve(self, n: int) -> memoryview | None:
-        """A writable view of ``n`` bytes, or None when the arena is full."""
-        with self._lock:
-            start = self.used
-            end = start + n
-            if end > self.size:
-                return None
-            self.used = -(-end // ALIGN) * ALIGN
-        return memoryview(self.array[start:end])
-
-    def offset_of(self, view: Any) -> int | None:
-        """Offset of a view inside this arena, or None if it lives elsewhere."""
-        addr = np.frombuffer(view, dtype=np.uint8).ctypes.data if len(view) else None
-        if addr is None or not self.base <= addr < self.base + self.size:
-            return None
-        return addr - self.base
 
 
 class StagingPool:
-    def __init__(self, cap: int = DEFAULT_CAP):
-        self.cap = cap
+    """The ring: at most ``cap`` bytes of pinned arenas, reused across reads."""
+
+    def __init__(self, cap: int = DEFAULT_CAP, arena_bytes: int = DEFAULT_ARENA):
+        self.cap = max(cap, 1 << 20)
+        self.arena_bytes = max(1 << 20, min(arena_bytes, self.cap))
         self._free: list[Arena] = []
         self._allocated = 0
         self._cond = threading.Condition()
 
-    def acquire(self, size: int, wait: float = 0.25) -> Arena | None:
-        """An arena of at least ``size`` bytes (capped), or None if the cap stays exhausted
-        for ``wait`` seconds (the caller then reads into ordinary memory)."""
-        import time
-
-        size = max(1 << 20, -(-size // (1 << 20)) * (1 << 20))
-        size = min(size, self.cap)
+    def acquire(self, size: int, wait: float = 2.0) -> Arena | None:
+        """An arena of at least ``size`` bytes, or None when the cap stays exhausted for
+        ``wait`` seconds or ``size`` exceeds the cap (the caller then uses ordinary memory)."""
+        size = max(self.arena_bytes, -(-size // (1 << 20)) * (1 << 20))
+        if size > self.cap:
+            return None
         deadline = time.monotonic() + wait
         with self._cond:
             while True:
@@ -73,14 +61,13 @@ class StagingPool:
                 if fits:
                     arena = min(fits, key=lambda a: a.size)
                     self._free.remove(arena)
-                    arena.reset()
+                    arena.used = 0
                     return arena
                 if self._allocated + size <= self.cap:
                     self._allocated += size
                     break
                 if self._free:  # drop a too-small free arena to make room
-                    small = self._free.pop()
-                    self._allocated -= small.size
+                    self._allocated -= self._free.pop().size
                     continue
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -91,6 +78,7 @@ class StagingPool:
         except Exception:
             with self._cond:
                 self._allocated -= size
+                self._cond.notify()
             return None
 
     def release(self, arena: Arena) -> None:
@@ -98,9 +86,72 @@ class StagingPool:
             self._free.append(arena)
             self._cond.notify()
 
+    def batch(self) -> StagedBatch:
+        return StagedBatch(self)
+
     @property
     def allocated(self) -> int:
         return self._allocated
+
+
+class StagedBatch:
+    """The arenas one batch reads into. ``reserve`` is the fetch stage's allocator
+    (thread-safe); ``upload`` copies every arena to one device buffer (one copy per arena)
+    and hands the arenas back once the copies are done."""
+
+    def __init__(self, pool: StagingPool):
+        self.pool = pool
+        self.arenas: list[Arena] = []
+        self._where: dict[int, tuple[int, int]] = {}  # id(view) -> (arena index, offset)
+        self._lock = threading.Lock()
+        self._exhausted = False
+
+    def reserve(self, n: int) -> memoryview | None:
+        """A writable pinned view of ``n`` bytes, or None (use ordinary memory)."""
+        with self._lock:
+            if self._exhausted:
+                return None
+            arena = self.arenas[-1] if self.arenas else None
+            if arena is None or arena.used + n > arena.size:
+                arena = self.pool.acquire(n)
+                if arena is None:
+                    self._exhausted = True
+                    return None
+                self.arenas.append(arena)
+            start = arena.used
+            arena.used = -(-(start + n) // ALIGN) * ALIGN
+            view = arena.view[start : start + n]
+            self._where[id(view)] = (len(self.arenas) - 1, start)
+        return view
+
+    def locate(self, view: Any) -> tuple[int, int] | None:
+        """(arena index, offset) of a view ``reserve`` handed out, else None."""
+        return self._where.get(id(view))
+
+    def upload(self, device_buffer_factory: Any, stream: Any) -> tuple[Any, list[int]]:
+        """Copy the used part of every arena into one device buffer made by
+        ``device_buffer_factory(nbytes)``; returns it and each arena's start in it. Waits for
+        the copies, then gives the arenas back."""
+        starts, total = [], 0
+        for arena in self.arenas:
+            starts.append(total)
+            total += -(-arena.used // ALIGN) * ALIGN
+        dev = device_buffer_factory(max(total, 1))
+        for arena, start in zip(self.arenas, starts, strict=True):
+            if arena.used:
+                dev[start : start + arena.used].data.copy_from_host_async(
+                    ctypes.c_void_p(arena.base), arena.used, stream
+                )
+        stream.synchronize()
+        self.release()
+        return dev, starts
+
+    def release(self) -> None:
+        with self._lock:
+            arenas, self.arenas = self.arenas, []
+            self._exhausted = True
+        for arena in arenas:
+            self.pool.release(arena)
 
 
 _pool: StagingPool | None = None

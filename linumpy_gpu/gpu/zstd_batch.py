@@ -35,30 +35,27 @@ def round_up(n: int, k: int) -> int:
 
 @dataclass
 class DecodedBatch:
-    """Decoded chunks: ``slot(i)`` is chunk i's bytes (1-D uint8 cupy view)."""
+    """Decoded chunks: chunk i's ``nbytes`` bytes start at device address ``ptrs[i]`` (a
+    slot of a scratch buffer, or its place in the caller's output)."""
 
-    buffer: Any
-    stride: int
+    ptrs: np.ndarray  # uint64
     nbytes: int
+    owners: list[Any] = field(default_factory=list)  # device buffers the slots live in
     failures: dict[int, str] = field(default_factory=dict)
     cpu_decoded: list[int] = field(default_factory=list)
-    offsets: np.ndarray | None = None  # per-chunk start, where slots are not evenly spaced
-
-    def start(self, i: int) -> int:
-        return int(self.offsets[i]) if self.offsets is not None else i * self.stride
 
     def slot(self, i: int) -> Any:
-        start = self.start(i)
-        return self.buffer[start : start + self.nbytes]
+        """Chunk i as a 1-D uint8 cupy array (a view; keeps this batch alive)."""
+        return device_view(int(self.ptrs[i]), self.nbytes, self)
 
     def slot_ref(self, i: int) -> DeviceSlot:
         """Chunk i without building a cupy view (cheap; the view is made on demand)."""
-        return DeviceSlot(self, i, self.buffer.data.ptr + self.start(i))
+        return DeviceSlot(self, i, int(self.ptrs[i]))
 
 
 @dataclass
 class DeviceSlot:
-    """A decoded chunk in a batch buffer: its device address, and a view when needed."""
+    """A decoded chunk in a batch: its device address, and a view when needed."""
 
     batch: DecodedBatch
     index: int
@@ -66,6 +63,36 @@ class DeviceSlot:
 
     def as_array(self) -> Any:
         return self.batch.slot(self.index)
+
+
+def device_view(ptr: int, nbytes: int, owner: Any) -> Any:
+    """A 1-D uint8 cupy array over ``nbytes`` of device memory at ``ptr`` owned by
+    ``owner`` (kept alive by the view)."""
+    import cupy
+
+    mem = cupy.cuda.UnownedMemory(ptr, max(nbytes, 1), owner)
+    return cupy.ndarray((nbytes,), dtype=np.uint8, memptr=cupy.cuda.MemoryPointer(mem, 0))
+
+
+class Workspace:
+    """Device memory a decode may carve its buffers from (e.g. output bytes not yet
+    written); pieces that do not fit are allocated."""
+
+    def __init__(self, ptr: int = 0, size: int = 0, owner: Any = None):
+        self.ptr, self.size, self.owner, self.used = ptr, size, owner, 0
+
+    def take(self, nbytes: int, stream: Any = None) -> Any:
+        """A 1-D uint8 device array of ``nbytes`` (carved, else allocated on ``stream``)."""
+        import cupy
+
+        start = round_up(self.used, SLOT_ALIGN)
+        if self.owner is not None and start + nbytes <= self.size:
+            self.used = start + nbytes
+            return device_view(self.ptr + start, nbytes, self.owner)
+        if stream is None:
+            return cupy.empty(max(nbytes, 1), dtype=np.uint8)
+        with stream:
+            return cupy.empty(max(nbytes, 1), dtype=np.uint8)
 
 
 class ZstdBatchCodec:
@@ -80,8 +107,6 @@ class ZstdBatchCodec:
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self._pinned: Any = None
         self._pinned_view: np.ndarray | None = None
-        self._temp: Any = None
-        self._temp_size = 0
 
     # -- staging ------------------------------------------------------------------------
 
@@ -95,13 +120,6 @@ class ZstdBatchCodec:
             self._pinned_view = np.frombuffer(self._pinned, dtype=np.uint8, count=size)
         return self._pinned_view
 
-    def _temp_buffer(self, nbytes: int) -> Any:
-        if nbytes > self._temp_size:
-            with self.stream:
-                self._temp = self.cupy.empty(max(nbytes, 1), dtype=np.uint8)
-            self._temp_size = nbytes
-        return self._temp
-
     def _upload(self, host: np.ndarray) -> Any:
         with self.stream:
             dev = self.cupy.empty(host.shape, dtype=host.dtype)
@@ -110,56 +128,76 @@ class ZstdBatchCodec:
 
     # -- decode -------------------------------------------------------------------------
 
-    def decode_host(self, frames: Sequence[Any], nbytes: int, arena: Any = None) -> DecodedBatch:
-        """Decode host-resident frames (bytes / memoryviews) of ``nbytes`` each. Frames that
-        already sit in pinned ``arena`` (the fetch stage read them there) go to the device
-        in one copy of the arena, without being packed again."""
-        if arena is not None and frames:
-            offsets = [arena.offset_of(f) for f in frames]
-            align = int(self.api.decompress_alignments.input)
-            if all(o is not None and o % align == 0 for o in offsets):
-                self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
-                comp = self._upload(arena.array[: max(arena.used, 1)])
-                sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
-                return self._decode_staged(
-                    comp,
-                    np.asarray(offsets, dtype=np.uint64),
-                    sizes,
-                    nbytes,
-                    lambda i: bytes(frames[i]),
-                )
-        align = max(8, int(self.api.decompress_alignments.input))
-        sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
-        padded = (sizes + np.uint64(align - 1)) // np.uint64(align) * np.uint64(align)
-        offsets = np.zeros(len(frames), dtype=np.uint64)
-        if len(frames) > 1:
-            np.cumsum(padded[:-1], out=offsets[1:])
-        total = int(offsets[-1] + sizes[-1]) if len(frames) else 0
-        staging = self.pinned(max(total, 1))
-        for f, off, size in zip(frames, offsets, sizes, strict=True):
-            staging[int(off) : int(off) + int(size)] = np.frombuffer(f, dtype=np.uint8)
-        self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
-        comp = self._upload(staging[: max(total, 1)])
-        return self._decode_staged(comp, offsets, sizes, nbytes, lambda i: bytes(frames[i]))
+    def decode_host(
+        self,
+        frames: Sequence[Any],
+        nbytes: int,
+        staging: Any = None,
+        targets: np.ndarray | None = None,
+        workspace: Workspace | None = None,
+        locations: Sequence[Any] | None = None,
+    ) -> DecodedBatch:
+        """Decode host-resident frames (bytes / memoryviews) of ``nbytes`` each.
 
-    def upload_raw(self, frames: Sequence[Any], nbytes: int, arena: Any = None) -> DecodedBatch:
-        """Uncompressed chunks: to the device in one copy, used in place (no decode)."""
+        Frames that sit in pinned ``staging`` (the fetch stage read them there) go to the
+        device one copy per staging arena, without being packed again; ``locations`` are
+        the views to locate them by (the frames themselves by default). ``targets``: per
+        frame a device address to decode into, or 0 for a scratch slot. Buffers come from
+        ``workspace`` where they fit."""
+        workspace = workspace or Workspace()
+        sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
+        self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
+        where = None
+        if staging is not None and frames:
+            where = [staging.locate(v) for v in (locations or frames)]
+            if any(w is None for w in where):
+                where = None
+        if where is not None:
+            comp, starts = staging.upload(lambda n: workspace.take(n, self.stream), self.stream)
+            offsets = np.fromiter(
+                (starts[a] + o for a, o in where), dtype=np.uint64, count=len(frames)
+            )
+        else:
+            padded = (sizes + np.uint64(SLOT_ALIGN - 1)) // np.uint64(SLOT_ALIGN)
+            padded *= np.uint64(SLOT_ALIGN)
+            offsets = np.zeros(len(frames), dtype=np.uint64)
+            if len(frames) > 1:
+                np.cumsum(padded[:-1], out=offsets[1:])
+            total = int(offsets[-1] + sizes[-1]) if len(frames) else 0
+            host = self.pinned(max(total, 1))
+            for f, off, size in zip(frames, offsets, sizes, strict=True):
+                host[int(off) : int(off) + int(size)] = np.frombuffer(f, dtype=np.uint8)
+            comp = workspace.take(max(total, 1), self.stream)
+            comp.data.copy_from_host_async(
+                ctypes.c_void_p(host.ctypes.data), max(total, 1), self.stream
+            )
+            if staging is not None:
+                staging.release()
+        return self._decode_staged(
+            comp, offsets, sizes, nbytes, lambda i: bytes(frames[i]), targets, workspace
+        )
+
+    def upload_raw(self, frames: Sequence[Any], nbytes: int, staging: Any = None) -> DecodedBatch:
+        """Uncompressed chunks: to the device (one copy per staging arena), used in place."""
         sizes = [len(f) for f in frames]
-        offsets = [arena.offset_of(f) for f in frames] if arena is not None else []
-        if not (frames and arena is not None and all(o is not None for o in offsets)):
-            staging = self.pinned(max(1, sum(sizes)))
+        self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
+        where = [staging.locate(f) for f in frames] if staging is not None else []
+        if frames and staging is not None and all(w is not None for w in where):
+            dev, starts = staging.upload(lambda n: Workspace().take(n, self.stream), self.stream)
+            offsets = [starts[a] + o for a, o in where]
+        else:
+            host = self.pinned(max(1, sum(sizes)))
             offsets, pos = [], 0
             for f, size in zip(frames, sizes, strict=True):
-                staging[pos : pos + size] = np.frombuffer(f, dtype=np.uint8)
+                host[pos : pos + size] = np.frombuffer(f, dtype=np.uint8)
                 offsets.append(pos)
                 pos += size
-            host = staging[: max(pos, 1)]
-        else:
-            host = arena.array[: max(arena.used, 1)]
-        self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
-        dev = self._upload(host)
-        self.stream.synchronize()
-        batch = DecodedBatch(dev, 0, nbytes, offsets=np.asarray(offsets, dtype=np.int64))
+            dev = self._upload(host[: max(pos, 1)])
+            self.stream.synchronize()
+            if staging is not None:
+                staging.release()
+        ptrs = np.uint64(dev.data.ptr) + np.asarray(offsets, dtype=np.uint64)
+        batch = DecodedBatch(ptrs, nbytes, owners=[dev])
         for i, size in enumerate(sizes):
             if size != nbytes:
                 batch.failures[i] = f"uncompressed chunk is {size} bytes, expected {nbytes}"
@@ -190,12 +228,22 @@ class ZstdBatchCodec:
         sizes: np.ndarray,
         nbytes: int,
         host_frame: Callable[[int], bytes],
+        targets: np.ndarray | None = None,
+        workspace: Workspace | None = None,
     ) -> DecodedBatch:
         cp = self.cupy
+        workspace = workspace or Workspace()
         n = len(sizes)
         stride = round_up(max(nbytes, 1), SLOT_ALIGN)
-        out = cp.empty(max(1, n * stride), dtype=np.uint8)
-        batch = DecodedBatch(out, stride, nbytes)
+        ptrs = np.zeros(n, dtype=np.uint64) if targets is None else targets.astype(np.uint64)
+        need_slot = np.flatnonzero(ptrs == 0)
+        batch = DecodedBatch(ptrs, nbytes, owners=[comp])
+        if need_slot.size:
+            slots = workspace.take(int(need_slot.size) * stride)  # current stream: placed there
+            batch.owners.append(slots)
+            ptrs[need_slot] = np.uint64(slots.data.ptr) + np.arange(
+                need_slot.size, dtype=np.uint64
+            ) * np.uint64(stride)
         if n == 0:
             return batch
         meta = np.empty((3, n), dtype=np.uint64)
@@ -217,15 +265,14 @@ class ZstdBatchCodec:
         mismatch_h = np.zeros(n, dtype=np.int32)
         if ok.size:
             m = int(ok.size)
-            base_comp, base_out = comp.data.ptr, out.data.ptr
             args = np.empty((4, m), dtype=np.uint64)
-            args[0] = np.uint64(base_comp) + offsets[ok]
+            args[0] = np.uint64(comp.data.ptr) + offsets[ok]
             args[1] = sizes[ok]
             args[2] = nbytes
-            args[3] = np.uint64(base_out) + ok.astype(np.uint64) * np.uint64(stride)
+            args[3] = ptrs[ok]
             d_args = self._upload(args)
             temp_bytes = self.api.decompress_temp_bytes(m, nbytes, m * nbytes, self.stream.ptr)
-            temp = self._temp_buffer(temp_bytes)
+            temp = workspace.take(temp_bytes, self.stream)
             with self.stream:
                 actual = cp.empty(m, dtype=np.uint64)
                 nv_status = cp.empty(m, dtype=np.int32)
@@ -243,20 +290,13 @@ class ZstdBatchCodec:
                 self.stream.ptr,
             )
             if (status_h[ok] == 1).any():
+                d_ptrs = self._upload(ptrs)
                 with self.stream:
                     threads = 4 * n
                     kernel("zstd_xxh64_verify")(
                         ((threads + _BLOCK - 1) // _BLOCK,),
                         (_BLOCK,),
-                        (
-                            out,
-                            np.uint64(stride),
-                            np.uint64(nbytes),
-                            status,
-                            stored,
-                            np.int32(n),
-                            mismatch,
-                        ),
+                        (d_ptrs, np.uint64(nbytes), status, stored, np.int32(n), mismatch),
                     )
                 mismatch_h = mismatch.get(stream=self.stream)
             nv_status_h[ok] = nv_status.get(stream=self.stream)
@@ -319,8 +359,8 @@ class ZstdBatchCodec:
         args[2] = np.uint64(comp.data.ptr) + np.arange(n, dtype=np.uint64) * np.uint64(max_out)
         d_args = self._upload(args)
         temp_bytes = self.api.compress_temp_bytes(n, nbytes, n * nbytes, self.stream.ptr)
-        temp = self._temp_buffer(temp_bytes)
         with self.stream:
+            temp = cp.empty(max(temp_bytes, 1), dtype=np.uint8)
             comp_sizes = cp.empty(n, dtype=np.uint64)
             statuses = cp.empty(n, dtype=np.int32)
         self.api.compress(

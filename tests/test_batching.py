@@ -1,0 +1,167 @@
+"""Batches under memory bounds, decoding in place and borrowing unwritten output bytes.
+
+The GPU backend decodes straight into the output where a chunk's place is contiguous and
+uses output bytes that later batches will write as scratch. Here a CPU backend does the
+same, and scribbles over every byte of scratch it is lent, so any overlap between a
+batch's scratch and data already placed shows up as wrong pixels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+
+from linumpy_gpu.engine.backend import PLACED, CpuBackend
+from linumpy_gpu.engine.batching import output_geometry, plan_batches
+from linumpy_gpu.engine.plan import plan_chunks
+from linumpy_gpu.engine.reader import ChunkedArrayReader
+from linumpy_gpu.engine.selection import normalize_selection
+
+
+class ScribblingBackend(CpuBackend):
+    """Decodes on the CPU, but uses placements the way the GPU backend does."""
+
+    borrows_output = True
+
+    def __init__(self, budget: int, per_chunk_scratch: float = 2.0):
+        self.budget = budget
+        self.per_chunk_scratch = per_chunk_scratch
+        self.lent: list[tuple[int, int]] = []
+        self.in_place = 0
+
+    def batch_bytes(self, read_nbytes):
+        return 1 << 40
+
+    def scratch_bytes(self, fmt, n, n_direct, stored_fraction):
+        return int(n * fmt.nbytes * self.per_chunk_scratch) + (n - n_direct) * fmt.nbytes
+
+    def scratch_budget(self, out_nbytes):
+        return self.budget
+
+    def decode(self, chunks, fmt, array, staging=None, placement=None):
+        decoded = super().decode(chunks, fmt, array, staging)
+        if placement is None:
+            return decoded
+        flat = placement.buffer.reshape(-1).view(np.uint8)
+        out = []
+        for raw, offset in zip(decoded, placement.direct, strict=True):
+            if offset is not None and isinstance(raw, np.ndarray):
+                flat[offset : offset + raw.size] = raw
+                self.in_place += 1
+                out.append(PLACED)
+            else:
+                out.append(raw)
+        if placement.scratch is not None:
+            # like the GPU: slots for the chunks to be placed live in the lent bytes, and
+            # the decoder's workspace after them gets scribbled on
+            start, stop = placement.scratch
+            self.lent.append((start, stop))
+            for k, raw in enumerate(out):
+                if isinstance(raw, np.ndarray):
+                    slot = flat[start : start + raw.size]
+                    slot[...] = raw
+                    out[k] = slot
+                    start += raw.size
+            flat[start:stop] = 0xAB
+        return out
+
+
+def _array(tmp_path, shape, chunks, **kw):
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 60000, size=shape, dtype=np.uint16)
+    arr = zarr.create_array(
+        str(tmp_path / "a.zarr"), shape=shape, chunks=chunks, dtype="u2", fill_value=7, **kw
+    )
+    arr[...] = data
+    return arr, data
+
+
+@pytest.mark.parametrize(
+    "shape, chunks",
+    [
+        ((40, 64, 48), (8, 16, 16)),  # chunks never contiguous in the output
+        ((40, 64, 48), (1, 64, 48)),  # plane chunks: all decode in place
+        ((37, 61, 45), (8, 16, 16)),  # partial edge chunks
+        ((37, 64, 48), (4, 64, 48)),  # slabs, the last one partial
+    ],
+)
+@pytest.mark.parametrize("budget", [0, 20_000, 200_000])
+def test_borrowed_scratch_never_overwrites_placed_data(tmp_path, shape, chunks, budget):
+    arr, data = _array(tmp_path, shape, chunks)
+    backend = ScribblingBackend(budget)
+    reader = ChunkedArrayReader(arr, backend)
+    np.testing.assert_array_equal(reader.read(), data)
+    assert reader.last_profile["batches"] > 1
+    if chunks[1:] == shape[1:]:
+        assert backend.in_place > 0
+    if budget < 100_000:  # a budget too small for big batches: they borrow the output
+        assert backend.lent, "no batch borrowed output memory"
+    region = (slice(3, 30), slice(5, 60), slice(None))
+    np.testing.assert_array_equal(reader.read(region), data[region])
+    out = np.empty(data[region].shape, dtype=data.dtype)
+    reader.read(region, out=out)
+    np.testing.assert_array_equal(out, data[region])
+
+
+def test_missing_and_strided_reads_with_borrowed_scratch(tmp_path):
+    arr, data = _array(tmp_path, (32, 40, 40), (4, 40, 40))
+    arr.store_path.store  # noqa: B018 - the array exists
+    expected = data.copy()
+    expected[8:12] = 7  # a missing chunk reads as the fill value
+    import os
+
+    os.remove(tmp_path / "a.zarr" / "c" / "2" / "0" / "0")
+    reader = ChunkedArrayReader(zarr.open_array(str(tmp_path / "a.zarr")), ScribblingBackend(0))
+    np.testing.assert_array_equal(reader.read(), expected)
+    np.testing.assert_array_equal(reader.read((slice(None, None, 3),)), expected[::3])
+    np.testing.assert_array_equal(reader.read((slice(None, None, -1),)), expected[::-1])
+
+
+def test_plan_batches_respects_budget_and_order():
+    shape, chunks = (64, 32, 32), (4, 8, 8)
+    sel = normalize_selection((), shape)
+    tasks = list(plan_chunks(sel, shape, chunks))
+    work = np.empty(shape, dtype=np.uint16)
+    geometry = output_geometry(tasks, work, chunks, 2, True)
+    per_chunk = 4 * 8 * 8 * 2
+
+    def need(n, n_direct):
+        return 3 * n * per_chunk
+
+    budget = 10 * 3 * per_chunk
+    batches = list(plan_batches(len(tasks), lambda: 64, need, geometry, budget))
+    covered = [i for first, stop, _ in batches for i in range(first, stop)]
+    assert covered == list(range(len(tasks)))
+    for first, stop, placement in batches:
+        n = stop - first
+        assert n <= 64
+        if placement.scratch is None:
+            assert need(n, 0) <= budget
+        else:
+            start, end = placement.scratch
+            assert start >= geometry.written_end[stop - 1]
+            assert need(n, 0) <= end - start
+    # big early batches borrow the output; the tail falls back to the budget
+    assert batches[0][1] - batches[0][0] == 64
+    assert batches[-1][2].scratch is None
+
+
+def test_geometry_marks_only_contiguous_whole_chunks():
+    shape = (6, 10, 12)
+    work = np.empty(shape, dtype=np.uint16)
+    for chunks, expect_direct in [((1, 10, 12), True), ((2, 10, 12), True), ((2, 5, 12), True)]:
+        sel = normalize_selection((), shape)
+        tasks = list(plan_chunks(sel, shape, chunks))
+        geo = output_geometry(tasks, work, chunks, 2, True)
+        for task, offset in zip(tasks, geo.direct, strict=True):
+            region_first = work[tuple(slice(s.start, s.start + 1) for s in task.out_region)]
+            address = region_first.__array_interface__["data"][0] - work.ctypes.data
+            if offset >= 0:
+                assert offset == address
+                assert expect_direct
+    # (2, 5, 6): rows of a chunk are not adjacent in the output
+    tasks = list(plan_chunks(normalize_selection((), shape), shape, (2, 5, 6)))
+    assert (output_geometry(tasks, work, (2, 5, 6), 2, True).direct < 0).all()
+    # a strided output view is never borrowed
+    assert output_geometry(tasks, work[:, :, ::2], (2, 5, 6), 2, True) is None
