@@ -23,6 +23,10 @@ from .layout import ArrayLayout, layout_of
 from .reader import ChunkedArrayReader
 from .selection import normalize_selection
 
+# Decoded bytes encoded per batch: large enough for nvCOMP to fill the GPU (measured on an
+# H200: ~800 MiB batches wrote the DESIGN volume 5.3x faster than zarr-python).
+WRITE_BATCH_BYTES = 768 << 20
+
 
 class UnsupportedWriteError(LinumpyGpuError, ValueError):
     """The array's codecs or layout are not ones this writer produces."""
@@ -64,12 +68,13 @@ class ChunkedArrayWriter:
         zstd = fmt.codecs[0].config if fmt.codecs else None
         self.level = int(zstd.get("level", 3)) if zstd else None
         self.checksum = bool(zstd.get("checksum", False)) if zstd else False
-        self.batch_bytes = batch_bytes or backend.batch_bytes(4 << 30)
+        self.batch_bytes = batch_bytes or WRITE_BATCH_BYTES
         self.store = array.store
         prefix = array.store_path.path
         self._prefix = f"{prefix}/" if prefix else ""
         self._root = getattr(self.store, "root", None)
         self.written = 0
+        self._made_dirs: set[str] = set()
 
     # -- public ---------------------------------------------------------------------------
 
@@ -114,13 +119,21 @@ class ChunkedArrayWriter:
         units = list(itertools.product(*grid))
         per_unit = math.prod(unit) * layout.dtype.itemsize
         per_batch = max(1, self.batch_bytes // per_unit)
-        for i in range(0, len(units), per_batch):
-            batch = units[i : i + per_batch]
-            blobs = self._encode_units(data, origin, batch)
-            keys = [self._prefix + layout.storage_key(u) for u in batch]
-            self._put_all(keys, blobs)
-            if progress is not None:
-                progress.update(len(batch))
+        # Files of batch k are written while batch k+1 is encoded (one batch in flight, so
+        # host memory holds at most two batches of compressed bytes).
+        with ThreadPoolExecutor(1, thread_name_prefix="linumpy-put") as putter:
+            pending = None
+            for i in range(0, len(units), per_batch):
+                batch = units[i : i + per_batch]
+                blobs = self._encode_units(data, origin, batch)
+                keys = [self._prefix + layout.storage_key(u) for u in batch]
+                if pending is not None:
+                    pending.result()
+                pending = putter.submit(self._put_all, keys, blobs)
+                if progress is not None:
+                    progress.update(len(batch))
+            if pending is not None:
+                pending.result()
 
     def _encode_units(
         self, data: Any, origin: list[int], units: list[tuple[int, ...]]
@@ -207,7 +220,10 @@ class ChunkedArrayWriter:
             sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(blob)))
             return
         path = os.path.join(os.fspath(self._root), *key.split("/"))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        folder = os.path.dirname(path)
+        if folder not in self._made_dirs:
+            os.makedirs(folder, exist_ok=True)
+            self._made_dirs.add(folder)
         tmp = os.path.join(
             os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.partial"
         )
