@@ -113,7 +113,10 @@ class StagedBatch:
                 return None
             arena = self.arenas[-1] if self.arenas else None
             if arena is None or arena.used + n > arena.size:
-                arena = self.pool.acquire(n)
+                held = sum(a.size for a in self.arenas)
+                # waiting only helps if other readers' arenas, not this batch's, fill the cap
+                alone = held + max(n, self.pool.arena_bytes) > self.pool.cap
+                arena = self.pool.acquire(n, wait=0.0 if alone else 2.0)
                 if arena is None:
                     self._exhausted = True
                     return None
