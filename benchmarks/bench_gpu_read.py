@@ -47,8 +47,10 @@ def sync() -> None:
 
 def our_readers(path: str, array_path: str) -> dict[str, Callable[[], Any]]:
     import linumpy_gpu as lg
+    from linumpy_gpu.gpu.backend import GpuBackend
 
     level = lg.open_ome_zarr_gpu(path)[0]
+    roomy = lg.open_ome_zarr(path, device=GpuBackend(scratch_fraction=3.0))[0]
 
     def context_read():
         with lg.gpu_zarr_context():
@@ -56,6 +58,7 @@ def our_readers(path: str, array_path: str) -> dict[str, Callable[[], Any]]:
 
     return {
         "linumpy_gpu open_ome_zarr_gpu": lambda: level[...],
+        "linumpy_gpu, scratch up to 3x the output": lambda: roomy[...],
         "linumpy_gpu gpu_zarr_context (plain zarr)": context_read,
     }
 

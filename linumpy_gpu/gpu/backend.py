@@ -40,8 +40,23 @@ def gpu_decodable(fmt: ChunkFormat) -> bool:
 class GpuBackend(Backend):
     name = "gpu"
 
-    def __init__(self, ordinal: int | None = None):
+    def __init__(
+        self,
+        ordinal: int | None = None,
+        *,
+        scratch_fraction: float | None = None,
+        scratch_floor: int | None = None,
+    ):
+        """``scratch_fraction`` / ``scratch_floor``: device memory a read may hold besides
+        its output, as a fraction of the output with a floor in bytes (defaults 0.25 and
+        1 GiB, or ``LINUMPY_GPU_SCRATCH_FRACTION`` / ``LINUMPY_GPU_SCRATCH_FLOOR``). More
+        memory means larger nvCOMP batches, which is faster (see docs/performance.md)."""
         import cupy
+
+        self.scratch_fraction = SCRATCH_FRACTION if scratch_fraction is None else scratch_fraction
+        self.scratch_floor = SCRATCH_FLOOR if scratch_floor is None else int(scratch_floor)
+        if self.scratch_fraction < 0 or self.scratch_floor < 0:
+            raise ValueError("scratch_fraction and scratch_floor must be >= 0")
 
         self.xp = cupy
         self.device = cupy.cuda.Device(cupy.cuda.Device().id if ordinal is None else ordinal)
@@ -79,7 +94,7 @@ class GpuBackend(Backend):
         return stored + (n - n_direct) * stride + round_up(temp, SLOT_ALIGN) + (1 << 20)
 
     def scratch_budget(self, out_nbytes: int) -> int:
-        return max(int(SCRATCH_FRACTION * out_nbytes), SCRATCH_FLOOR)
+        return max(int(self.scratch_fraction * out_nbytes), self.scratch_floor)
 
     def reserve_for_read(self, out_nbytes: int, batch_bytes: int) -> None:
         need = out_nbytes + self.scratch_budget(out_nbytes)
