@@ -211,3 +211,26 @@ def test_read_regions_on_gpu(tmp_path, cp):
     regions = [tuple(slice(int(a), int(a) + 12) for a in rng.integers(0, 28, 3)) for _ in range(20)]
     for got, region in zip(reader.read_regions(regions), regions, strict=True):
         np.testing.assert_array_equal(got.get(), full[region])
+
+
+@pytest.mark.parametrize("chunks", [(32, 64, 64), (1, 256, 512)])
+def test_full_read_holds_at_most_a_quarter_more_than_its_output(tmp_path, cp, chunks):
+    """Decoder workspace, slots and compressed bytes live in output bytes not yet written
+    or within the read's budget: the pool never holds more than 1.25x the output."""
+    from linumpy_gpu.gpu.backend import GpuBackend
+
+    data = volume(shape=(256, 256, 512))  # 64 MiB
+    arr = write_zarr_variant(
+        tmp_path / "a.zarr", "v3-zstd", data, chunks=chunks, missing_fraction=0
+    )
+    reader = ChunkedArrayReader(arr, GpuBackend(0, scratch_fraction=0.25, scratch_floor=0))
+    pool = cp.get_default_memory_pool()
+    reader.read(())
+    pool.free_all_blocks()
+    before = pool.total_bytes()
+    got = reader.read(())
+    cp.cuda.Device().synchronize()
+    peak = pool.total_bytes() - before
+    np.testing.assert_array_equal(got.get(), data)
+    assert reader.last_profile["batches"] > 1
+    assert peak <= 1.25 * data.nbytes + (4 << 20), peak / data.nbytes
