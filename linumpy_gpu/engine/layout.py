@@ -111,6 +111,16 @@ def layout_of(array: Any, name: str) -> ArrayLayout:
             **common,
         )
 
+    def readable(chunk: ChunkFormat, shard_shape=None, shard_index=None) -> ArrayLayout:
+        return ArrayLayout(
+            chunk_shape=chunk.shape,
+            shard_shape=shard_shape,
+            chunk=chunk,
+            shard_index=shard_index,
+            delegate_reason=None,
+            **common,
+        )
+
     if dtype.kind not in "biufc?" or dtype.fields is not None:
         return delegate(f"dtype {dtype} is read by zarr-python")
     if meta.zarr_format == 2:
@@ -120,14 +130,7 @@ def layout_of(array: Any, name: str) -> ArrayLayout:
         chunk = ChunkFormat(
             chunk_shape, np.dtype(meta.dtype.to_native_dtype()), meta.order, None, codecs
         )
-        return ArrayLayout(
-            chunk_shape=chunk_shape,
-            shard_shape=None,
-            chunk=chunk,
-            shard_index=None,
-            delegate_reason=None,
-            **common,
-        )
+        return readable(chunk)
 
     parsed = _parse_v3_chain(meta.codecs, chunk_shape, dtype)
     if isinstance(parsed, str):
@@ -145,24 +148,11 @@ def layout_of(array: Any, name: str) -> ArrayLayout:
         if isinstance(index, str):
             return delegate(index)
         chunk = ChunkFormat(inner_shape, _with_endian(dtype, inner[1]), "C", inner[0], inner[2])
-        return ArrayLayout(
-            chunk_shape=inner_shape,
-            shard_shape=shard_shape,
-            chunk=chunk,
-            shard_index=index,
-            delegate_reason=None,
-            **common,
-        )
+        return readable(chunk, shard_shape, index)
     if type(array_bytes).__name__ != "BytesCodec":
         return delegate(f"array-to-bytes codec {type(array_bytes).__name__}")
-    chunk = ChunkFormat(chunk_shape, _with_endian(dtype, array_bytes), "C", transpose, byte_codecs)
-    return ArrayLayout(
-        chunk_shape=chunk_shape,
-        shard_shape=None,
-        chunk=chunk,
-        shard_index=None,
-        delegate_reason=None,
-        **common,
+    return readable(
+        ChunkFormat(chunk_shape, _with_endian(dtype, array_bytes), "C", transpose, byte_codecs)
     )
 
 
