@@ -27,11 +27,14 @@ ALIGN = 256  # every reservation starts on this boundary (nvCOMP input alignment
 class Arena:
     """One pinned buffer, handed out front to back."""
 
-    def __init__(self, size: int):
-        import cupy
+    def __init__(self, size: int, memory: Any = None):
+        """``memory``: a writable buffer of ``size`` bytes (default: new pinned memory)."""
+        if memory is None:
+            import cupy
 
+            memory = cupy.cuda.alloc_pinned_memory(size)
         self.size = size
-        self._mem = cupy.cuda.alloc_pinned_memory(size)
+        self._mem = memory
         self.array = np.frombuffer(self._mem, dtype=np.uint8, count=size)
         self.view = memoryview(self.array)
         self.base = self.array.ctypes.data
@@ -41,9 +44,15 @@ class Arena:
 class StagingPool:
     """The ring: at most ``cap`` bytes of pinned arenas, reused across reads."""
 
-    def __init__(self, cap: int = DEFAULT_CAP, arena_bytes: int = DEFAULT_ARENA):
+    def __init__(
+        self,
+        cap: int = DEFAULT_CAP,
+        arena_bytes: int = DEFAULT_ARENA,
+        make_arena: Any = Arena,
+    ):
         self.cap = max(cap, 1 << 20)
         self.arena_bytes = max(1 << 20, min(arena_bytes, self.cap))
+        self._make_arena = make_arena
         self._free: list[Arena] = []
         self._allocated = 0
         self._cond = threading.Condition()
@@ -74,7 +83,7 @@ class StagingPool:
                     return None
                 self._cond.wait(remaining)
         try:
-            return Arena(size)
+            return self._make_arena(size)
         except Exception:
             with self._cond:
                 self._allocated -= size
@@ -102,7 +111,6 @@ class StagedBatch:
     def __init__(self, pool: StagingPool):
         self.pool = pool
         self.arenas: list[Arena] = []
-        self._where: dict[int, tuple[int, int]] = {}  # id(view) -> (arena index, offset)
         self._lock = threading.Lock()
         self._exhausted = False
 
@@ -123,13 +131,19 @@ class StagedBatch:
                 self.arenas.append(arena)
             start = arena.used
             arena.used = -(-(start + n) // ALIGN) * ALIGN
-            view = arena.view[start : start + n]
-            self._where[id(view)] = (len(self.arenas) - 1, start)
-        return view
+            return arena.view[start : start + n]
 
     def locate(self, view: Any) -> tuple[int, int] | None:
-        """(arena index, offset) of a view ``reserve`` handed out, else None."""
-        return self._where.get(id(view))
+        """(arena index, offset) of bytes inside this batch's arenas (any view of them,
+        e.g. a slice of what ``reserve`` handed out), else None."""
+        n = len(view)
+        if not n:
+            return None
+        addr = np.frombuffer(view, dtype=np.uint8).__array_interface__["data"][0]
+        for k, arena in enumerate(self.arenas):
+            if arena.base <= addr and addr + n <= arena.base + arena.size:
+                return k, addr - arena.base
+        return None
 
     def upload(self, device_buffer_factory: Any, stream: Any) -> tuple[Any, list[int]]:
         """Copy the used part of every arena into one device buffer made by
