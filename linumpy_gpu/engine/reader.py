@@ -36,6 +36,7 @@ class _Fetched:
     data: list[memoryview | None]
     staging: Any = None
     placement: Placement | None = None
+    profile: dict[str, float] | None = None  # the read's stage timings
 
 
 class ChunkedArrayReader:
@@ -111,8 +112,7 @@ class ChunkedArrayReader:
             self._read_delegated(sel, work)
             return result
         t_start = time.perf_counter()
-        profile = {"plan": 0.0, "fetch": 0.0, "wait_fetch": 0.0, "decode": 0.0, "place": 0.0}
-        self._profile = profile
+        profile = _new_profile()
         tasks = list(plan_chunks(sel, layout.shape, layout.chunk_shape))
         geometry = None
         if self.backend.borrows_output:
@@ -136,7 +136,7 @@ class ChunkedArrayReader:
         n_batches = 0
         first = next(batches, None)
         if first is not None and len(first[0]) == len(tasks):  # one batch: nothing to overlap
-            fetched = self._fetch(*first)
+            fetched = self._fetch(*first, profile)
             n_batches = 1
             damaged += self._decode_and_place(
                 fetched, lambda i, f=fetched: [(work, f.tasks[i])], on_damaged
@@ -150,7 +150,7 @@ class ChunkedArrayReader:
                 prefetch = stack.enter_context(
                     ThreadPoolExecutor(1, thread_name_prefix="linumpy-prefetch")
                 )
-                pending = prefetch.submit(self._fetch, *first)
+                pending = prefetch.submit(self._fetch, *first, profile)
             try:
                 while pending is not None:
                     t0 = time.perf_counter()
@@ -159,7 +159,7 @@ class ChunkedArrayReader:
                     pending = None
                     nxt = next(batches, None)  # sized with what this batch taught
                     if nxt is not None:
-                        pending = prefetch.submit(self._fetch, *nxt)
+                        pending = prefetch.submit(self._fetch, *nxt, profile)
                     n_batches += 1
                     damaged += self._decode_and_place(
                         fetched, lambda i, f=fetched: [(work, f.tasks[i])], on_damaged
@@ -200,10 +200,10 @@ class ChunkedArrayReader:
             for task in plan_chunks(sel, layout.shape, layout.chunk_shape):
                 feeds.setdefault(task.coords, []).append((work, task))
         unique = [pairs[0][1] for pairs in feeds.values()]
-        self._profile = {"plan": 0.0, "fetch": 0.0, "wait_fetch": 0.0, "decode": 0.0, "place": 0.0}
+        profile = _new_profile()
         out_nbytes = sum(s.size for s in sels) * layout.dtype.itemsize
         for batch in self._batches(unique, None, out_nbytes):
-            fetched = self._fetch(*batch)
+            fetched = self._fetch(*batch, profile)
             self._decode_and_place(fetched, lambda i, f=fetched: feeds[f.tasks[i].coords], "raise")
         self.backend.finish()
         return [sel.result_view(work) for sel, work in zip(sels, works, strict=True)]
@@ -238,17 +238,20 @@ class ChunkedArrayReader:
         ):
             yield tasks[first:stop], placement
 
-    def _fetch(self, tasks: list[ChunkTask], placement: Placement | None = None) -> _Fetched:
+    def _fetch(
+        self,
+        tasks: list[ChunkTask],
+        placement: Placement | None = None,
+        profile: dict[str, float] | None = None,
+    ) -> _Fetched:
         t0 = time.perf_counter()
-        try:
-            fetched = self._fetch_staged(tasks)
-            fetched.placement = placement
-            self._learn_ratio(fetched)
-            return fetched
-        finally:
-            profile = getattr(self, "_profile", None)
-            if profile is not None:
-                profile["fetch"] += time.perf_counter() - t0
+        fetched = self._fetch_staged(tasks)
+        fetched.placement = placement
+        fetched.profile = profile
+        self._learn_ratio(fetched)
+        if profile is not None:
+            profile["fetch"] += time.perf_counter() - t0
+        return fetched
 
     def _learn_ratio(self, fetched: _Fetched) -> None:
         sizes = [len(d) for d in fetched.data if d is not None]
@@ -338,7 +341,7 @@ class ChunkedArrayReader:
         :meth:`read_regions` shares chunks between regions)."""
         layout = self.layout
         present = [i for i, d in enumerate(fetched.data) if d is not None]
-        profile = getattr(self, "_profile", None) or {"decode": 0.0, "place": 0.0}
+        profile = fetched.profile if fetched.profile is not None else _new_profile()
         t0 = time.perf_counter()
         try:
             placement = fetched.placement
@@ -391,3 +394,7 @@ class ChunkedArrayReader:
         region = tuple(slice(a.start, a.stop, a.step) for a in sel.axes)
         host = np.asarray(self.array[region])
         work[...] = self.backend.from_host(host.astype(self.layout.dtype, copy=False))
+
+
+def _new_profile() -> dict[str, float]:
+    return {"plan": 0.0, "fetch": 0.0, "wait_fetch": 0.0, "decode": 0.0, "place": 0.0}
