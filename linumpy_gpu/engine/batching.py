@@ -40,9 +40,10 @@ class OutputGeometry:
 class Placement:
     """Output memory one batch may use: chunks that land in place, and free scratch."""
 
-    buffer: Any
+    buffer: Any  # the output (None: no output geometry)
     direct: list[int | None]  # per task of the batch
     scratch: tuple[int, int] | None  # [start, stop) bytes of ``buffer`` unused until later
+    spare: Any = None  # else: the read's own scratch buffer (within its budget), if any
 
 
 def output_geometry(
@@ -117,7 +118,6 @@ def plan_batches(
 
         m_out = _largest(limit, fits_output)
         m = max(m_out, _largest(limit, fits_budget), 1)
-        placement = None
         if geometry is not None:
             use_output = m_out >= m
             free_from = _align(int(geometry.written_end[i + m - 1]))
@@ -126,6 +126,8 @@ def plan_batches(
                 [int(d) if d >= 0 else None for d in geometry.direct[i : i + m]],
                 (free_from, geometry.nbytes) if use_output else None,
             )
+        else:
+            placement = Placement(None, [None] * m, None)
         yield i, i + m, placement
         i += m
 

@@ -233,9 +233,18 @@ class ChunkedArrayReader:
             return self.backend.scratch_bytes(fmt, n, n_direct, self._stored_fraction)
 
         budget = self.backend.scratch_budget(out_nbytes)
+        spare = None
         for first, stop, placement in plan_batches(
             len(tasks), max_chunks, scratch_bytes, geometry, budget
         ):
+            if placement is not None and placement.scratch is None and self.backend.borrows_output:
+                # batches that cannot borrow the output share one buffer (separate buffers
+                # of varying size per batch fragment a memory pool)
+                n_direct = sum(d is not None for d in placement.direct)
+                need = scratch_bytes(stop - first, n_direct)
+                if spare is None or spare.nbytes < need:
+                    spare = self.backend.empty((need,), np.dtype(np.uint8))
+                placement.spare = spare
             yield tasks[first:stop], placement
 
     def _fetch(
@@ -347,7 +356,10 @@ class ChunkedArrayReader:
             placement = fetched.placement
             if placement is not None and len(present) != len(fetched.data):
                 placement = Placement(
-                    placement.buffer, [placement.direct[i] for i in present], placement.scratch
+                    placement.buffer,
+                    [placement.direct[i] for i in present],
+                    placement.scratch,
+                    placement.spare,
                 )
             decoded = self.backend.decode(
                 [(fetched.keys[i], fetched.data[i]) for i in present],

@@ -248,9 +248,10 @@ class GpuBackend(Backend):
                 ]
             if gpu_decodable(fmt):
                 return self._decode_zstd(chunks, fmt, array, staging, placement)
+            decoded = self._cpu.decode(chunks, fmt, array)  # reads the staged bytes
             if staging is not None:
                 staging.release()
-            return self._upload_all(self._cpu.decode(chunks, fmt, array))
+            return self._upload_all(decoded)
 
     def _decode_zstd(self, chunks, fmt, array, staging, placement) -> list[Any]:
         frames: list[Any] = []
@@ -272,7 +273,7 @@ class GpuBackend(Backend):
             originals.append(data)
         targets = None
         workspace = None
-        if placement is not None:
+        if placement is not None and placement.buffer is not None:
             base = placement.buffer.data.ptr
             targets = np.fromiter(
                 (
@@ -285,6 +286,11 @@ class GpuBackend(Backend):
             if placement.scratch is not None:
                 start, stop = placement.scratch
                 workspace = Workspace(base + start, stop - start, placement.buffer)
+        if workspace is None and placement is not None and placement.spare is not None:
+            # one buffer reused by every batch of the read: separate allocations of varying
+            # size per batch fragment the memory pool
+            spare = placement.spare
+            workspace = Workspace(spare.data.ptr, spare.nbytes, spare)
         batch = codec_for_current_device().decode_host(
             frames, fmt.nbytes, staging, targets, workspace, locations=originals
         )
