@@ -239,11 +239,11 @@ class ChunkedArrayReader:
         ):
             if placement is not None and placement.scratch is None and self.backend.borrows_output:
                 # batches that cannot borrow the output share one buffer (separate buffers
-                # of varying size per batch fragment the memory pool), allocated once with
-                # room for the largest batch the budget allows
-                if spare is None:
-                    largest = scratch_bytes(max_chunks(), 0) * 5 // 4
-                    spare = self.backend.empty((min(budget, largest),), np.dtype(np.uint8))
+                # of varying size per batch fragment a memory pool)
+                n_direct = sum(d is not None for d in placement.direct)
+                need = scratch_bytes(stop - first, n_direct)
+                if spare is None or spare.nbytes < need:
+                    spare = self.backend.empty((need,), np.dtype(np.uint8))
                 placement.spare = spare
             yield tasks[first:stop], placement
 
