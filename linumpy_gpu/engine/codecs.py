@@ -45,6 +45,49 @@ def crc32c_strip(data: memoryview | bytes) -> memoryview:
     return body
 
 
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def zstd_content_size(frame: memoryview | bytes) -> int | None:
+    """The decoded size a zstd frame header declares, or None (no size field, or not a
+    zstd frame header at all)."""
+    view = memoryview(frame).cast("B")
+    if len(view) < 6 or bytes(view[:4]) != _ZSTD_MAGIC:
+        return None
+    descriptor = view[4]
+    size_flag, single_segment, dict_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
+    start = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    width = ((1 if single_segment else 0), 2, 4, 8)[size_flag]
+    if width == 0 or len(view) < start + width:
+        return None
+    value = int.from_bytes(view[start : start + width], "little")
+    return value + 256 if width == 2 else value
+
+
+def zstd_decode_into(frame: memoryview | bytes, out: np.ndarray, codec: Any = None) -> str | None:
+    """Decode one zstd frame into ``out`` (uint8, exactly the expected size) on the CPU.
+
+    Returns None, or why the frame does not decode to exactly ``out.size`` bytes (numcodecs
+    would silently decode a smaller frame into the front of a larger buffer)."""
+    import numcodecs
+
+    codec = codec or numcodecs.Zstd()
+    declared = zstd_content_size(frame)
+    try:
+        if declared == out.size:
+            codec.decode(frame, out=out)
+            return None
+        if declared is not None:
+            return f"the zstd frame declares {declared} bytes, expected {out.size}"
+        decoded = np.frombuffer(codec.decode(frame), dtype=np.uint8)
+    except Exception as exc:  # numcodecs raises RuntimeError/ValueError with zstd's reason
+        return f"zstd (CPU): {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    if decoded.size != out.size:
+        return f"zstd (CPU) decoded {decoded.size} bytes, expected {out.size}"
+    out[...] = decoded
+    return None
+
+
 def cpu_decode_bytes(data: memoryview | bytes, codecs: tuple[ByteCodec, ...]) -> memoryview:
     """Undo ``codecs`` (given in encode order) on the CPU."""
     buf: Any = memoryview(data)

@@ -1,0 +1,82 @@
+"""The CPU zstd path that host threads use beside nvCOMP: exact sizes or a reason."""
+
+from __future__ import annotations
+
+import numcodecs
+import numpy as np
+import pytest
+
+from linumpy_gpu.engine.codecs import zstd_content_size, zstd_decode_into
+
+from .damage_case import damage
+
+
+def _raw_block_frame(payload: bytes) -> bytes:
+    """A zstd frame without a content size field (as streaming writers make them)."""
+    header = b"\x28\xb5\x2f\xfd" + bytes([0x00, 0x58])  # no size, window descriptor
+    block = ((len(payload) << 3) | 1).to_bytes(3, "little")  # last block, raw
+    return header + block + payload
+
+
+@pytest.fixture
+def chunk():
+    rng = np.random.default_rng(3)
+    raw = (rng.integers(0, 256, 16 * 64 * 64) + 2000).astype(np.uint16).view(np.uint8)
+    return raw, numcodecs.Zstd(level=3).encode(raw)
+
+
+def test_content_size_matches_the_header(chunk):
+    raw, frame = chunk
+    assert zstd_content_size(frame) == raw.size
+    assert zstd_content_size(memoryview(frame)) == raw.size
+    assert zstd_content_size(_raw_block_frame(b"abc")) is None
+    assert zstd_content_size(b"not zstd at all") is None
+    assert zstd_content_size(b"") is None
+
+
+def test_decode_into_an_exact_buffer(chunk):
+    raw, frame = chunk
+    out = np.zeros(raw.size, dtype=np.uint8)
+    assert zstd_decode_into(memoryview(frame), out) is None
+    np.testing.assert_array_equal(out, raw)
+
+
+def test_a_frame_without_content_size_still_checks_its_size():
+    payload = bytes(range(200))
+    out = np.zeros(200, dtype=np.uint8)
+    assert zstd_decode_into(_raw_block_frame(payload), out) is None
+    assert out.tobytes() == payload
+    assert "decoded 200 bytes, expected 300" in zstd_decode_into(
+        _raw_block_frame(payload), np.zeros(300, dtype=np.uint8)
+    )
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "truncated",
+        "bad-magic",
+        "block-header-byte",
+        "zero-length",
+        "garbage",
+        "trailing-bytes",
+        "wrong-content-size",
+        "checksum-byte",
+    ],
+)
+def test_damaged_frames_give_a_reason_and_leave_no_partial_claim(chunk, case):
+    raw, _ = chunk
+    frame = numcodecs.Zstd(level=3, checksum=True).encode(raw)
+    broken = damage(frame, case, raw.size)
+    out = np.zeros(raw.size, dtype=np.uint8)
+    reason = zstd_decode_into(broken, out)
+    assert reason, f"{case}: decoded without complaint"
+    assert "zstd" in reason
+
+
+def test_a_smaller_declared_frame_is_refused_not_decoded_into_the_front(chunk):
+    raw, frame = chunk
+    out = np.full(raw.size * 2, 0xEE, dtype=np.uint8)
+    reason = zstd_decode_into(frame, out)
+    assert reason == f"the zstd frame declares {raw.size} bytes, expected {raw.size * 2}"
+    assert (out == 0xEE).all()
