@@ -81,6 +81,7 @@ def main(case: str, checksum: bool, out_json: str) -> None:
     import cupy
 
     import linumpy_gpu as lg
+    from linumpy_gpu.gpu.backend import GpuBackend
     from linumpy_gpu.write import write_ome_zarr
 
     rng = np.random.default_rng(0)
@@ -101,7 +102,8 @@ def main(case: str, checksum: bool, out_json: str) -> None:
             "checksum": checksum,
             "cpu": cpu_verdict(damaged, data[16:].tobytes()),
         }
-        img = lg.open_ome_zarr_gpu(path)
+        # nvCOMP alone (no host threads): the damaged frame must reach the GPU path
+        img = lg.open_ome_zarr(path, device=GpuBackend(host_threads=0))
         t0 = time.perf_counter()
         try:
             got = img[0][...]

@@ -21,22 +21,51 @@ from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.engine.selection import normalize_selection
 
 
+class RecordingStaging:
+    """Stands in for pinned staging: remembers every buffer it hands out."""
+
+    def __init__(self):
+        self.buffers: list[bytearray] = []
+
+    def reserve(self, n):
+        buf = bytearray(n)
+        self.buffers.append(buf)
+        return memoryview(buf)
+
+    def holds(self, view) -> bool:
+        return any(view.obj is b for b in self.buffers)
+
+
 class ScribblingBackend(CpuBackend):
-    """Decodes on the CPU, but uses placements the way the GPU backend does."""
+    """Decodes on the CPU, but uses placements the way the GPU backend does, including a
+    host share: the last ``host`` chunks of a batch are fetched outside staging and get
+    their slots first."""
 
     borrows_output = True
 
-    def __init__(self, budget: int, per_chunk_scratch: float = 2.0):
+    def __init__(self, budget: int, per_chunk_scratch: float = 2.0, host: int = 0):
         self.budget = budget
         self.per_chunk_scratch = per_chunk_scratch
+        self.host = host
         self.lent: list[tuple[int, int]] = []
         self.in_place = 0
+        self.host_decoded = 0
 
     def batch_bytes(self, read_nbytes):
         return 1 << 40
 
-    def scratch_bytes(self, fmt, n, n_direct, stored_fraction):
-        return int(n * fmt.nbytes * self.per_chunk_scratch) + (n - n_direct) * fmt.nbytes
+    def staging_batch_bytes(self):
+        return 1 << 40
+
+    def acquire_staging(self):
+        return RecordingStaging()
+
+    def host_chunks(self, fmt):
+        return self.host
+
+    def scratch_bytes(self, fmt, n, n_direct, stored_fraction, n_host=0):
+        on_device = n - n_host
+        return int(on_device * fmt.nbytes * self.per_chunk_scratch) + (n - n_direct) * fmt.nbytes
 
     def scratch_budget(self, out_nbytes):
         return self.budget
@@ -45,6 +74,13 @@ class ScribblingBackend(CpuBackend):
         decoded = super().decode(chunks, fmt, array, staging)
         if placement is None:
             return decoded
+        host_from = len(chunks) - placement.host
+        for i, (_, data) in enumerate(chunks):
+            # host chunks are read after the staged bytes go to the device: never staged
+            assert staging.holds(data) != (i >= host_from), (i, host_from)
+        self.host_decoded += placement.host
+        # the GPU backend carves host slots first, then the device decoder's buffers
+        order = list(range(host_from, len(chunks))) + list(range(host_from))
         flat = placement.buffer.reshape(-1).view(np.uint8)
         out = []
         for raw, offset in zip(decoded, placement.direct, strict=True):
@@ -59,7 +95,8 @@ class ScribblingBackend(CpuBackend):
             # the decoder's workspace after them gets scribbled on
             start, stop = placement.scratch
             self.lent.append((start, stop))
-            for k, raw in enumerate(out):
+            for k in order:
+                raw = out[k]
                 if isinstance(raw, np.ndarray):
                     slot = flat[start : start + raw.size]
                     slot[...] = raw
@@ -89,12 +126,15 @@ def _array(tmp_path, shape, chunks, **kw):
     ],
 )
 @pytest.mark.parametrize("budget", [0, 20_000, 200_000])
-def test_borrowed_scratch_never_overwrites_placed_data(tmp_path, shape, chunks, budget):
+@pytest.mark.parametrize("host", [0, 3])
+def test_borrowed_scratch_never_overwrites_placed_data(tmp_path, shape, chunks, budget, host):
     arr, data = _array(tmp_path, shape, chunks)
-    backend = ScribblingBackend(budget)
+    backend = ScribblingBackend(budget, host=host)
     reader = ChunkedArrayReader(arr, backend)
     np.testing.assert_array_equal(reader.read(), data)
     assert reader.last_profile["batches"] > 1
+    if host:
+        assert 0 < backend.host_decoded == reader.last_profile["host_chunks"]
     if chunks[1:] == shape[1:]:
         assert backend.in_place > 0
     if budget < 100_000:  # a budget too small for big batches: they borrow the output
@@ -106,12 +146,14 @@ def test_borrowed_scratch_never_overwrites_placed_data(tmp_path, shape, chunks, 
     np.testing.assert_array_equal(out, data[region])
 
 
-def test_missing_and_strided_reads_with_borrowed_scratch(tmp_path):
+@pytest.mark.parametrize("host", [0, 2])
+def test_missing_and_strided_reads_with_borrowed_scratch(tmp_path, host):
     arr, data = _array(tmp_path, (32, 40, 40), (4, 40, 40))
     expected = data.copy()
     expected[8:12] = 7  # a missing chunk reads as the fill value
     os.remove(tmp_path / "a.zarr" / "c" / "2" / "0" / "0")
-    reader = ChunkedArrayReader(zarr.open_array(str(tmp_path / "a.zarr")), ScribblingBackend(0))
+    backend = ScribblingBackend(0, host=host)
+    reader = ChunkedArrayReader(zarr.open_array(str(tmp_path / "a.zarr")), backend)
     np.testing.assert_array_equal(reader.read(), expected)
     np.testing.assert_array_equal(reader.read((slice(None, None, 3),)), expected[::3])
     np.testing.assert_array_equal(reader.read((slice(None, None, -1),)), expected[::-1])

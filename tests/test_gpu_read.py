@@ -30,10 +30,18 @@ def cp():
     return cupy
 
 
-def gpu_reader(arr):
+# nvCOMP alone, and nvCOMP with host threads taking part of every batch (small test reads
+# would otherwise go to the host entirely)
+DECODERS = {"nvcomp": 0, "nvcomp+host": 2}
+
+
+def gpu_reader(arr, host_threads: int = 0, host_chunks: int | None = 3):
     from linumpy_gpu.gpu.backend import GpuBackend
 
-    return ChunkedArrayReader(arr, GpuBackend(0), batch_bytes=64 << 10)
+    backend = GpuBackend(0, host_threads=host_threads)
+    if host_threads and host_chunks is not None:
+        backend.host_chunks = lambda fmt: min(GpuBackend.host_chunks(backend, fmt), host_chunks)
+    return ChunkedArrayReader(arr, backend, batch_bytes=64 << 10)
 
 
 def test_info_reports_the_stack():
@@ -45,11 +53,12 @@ def test_info_reports_the_stack():
     assert "." in report["nvcomp"]
 
 
+@pytest.mark.parametrize("decoders", sorted(DECODERS))
 @pytest.mark.parametrize("variant", sorted(ZARR_VARIANTS))
-def test_every_zarr_variant_on_gpu(tmp_path, cp, variant):
+def test_every_zarr_variant_on_gpu(tmp_path, cp, variant, decoders):
     data = volume()
     arr = write_zarr_variant(tmp_path / "a.zarr", variant, data)
-    reader = gpu_reader(arr)
+    reader = gpu_reader(arr, DECODERS[decoders])
     full = arr[...]
     for region in REGIONS:
         got = reader.read(region)
@@ -125,7 +134,7 @@ def test_auto_device_picks_the_gpu(tmp_path):
 def test_threads_read_one_image_concurrently(tmp_path, cp):
     data = volume(shape=(40, 64, 64))
     arr = write_zarr_variant(tmp_path / "a.zarr", "v3-sharded-zstd", data, missing_fraction=0.1)
-    reader = gpu_reader(arr)
+    reader = gpu_reader(arr, host_threads=2)  # host workers shared by every reading thread
     full = arr[...]
     errors = []
 
@@ -147,12 +156,13 @@ def test_threads_read_one_image_concurrently(tmp_path, cp):
     assert not errors, errors[0]
 
 
-def test_seeded_region_sweep_with_out_and_reversed_axes(tmp_path, cp):
+@pytest.mark.parametrize("decoders", sorted(DECODERS))
+def test_seeded_region_sweep_with_out_and_reversed_axes(tmp_path, cp, decoders):
     """The batched scatter kernel: strided, reversed and dropped axes, with and without out=."""
     data = volume(shape=(23, 37, 41))
     for variant in ["v3-zstd", "v3-transpose-crc32c", "v2-gzip-fortran", "v3-sharded-zstd"]:
         arr = write_zarr_variant(tmp_path / f"{variant}.zarr", variant, data)
-        reader = gpu_reader(arr)
+        reader = gpu_reader(arr, DECODERS[decoders])
         full = arr[...]
         rng = np.random.default_rng(3)
         for _ in range(40):
@@ -213,8 +223,9 @@ def test_read_regions_on_gpu(tmp_path, cp):
         np.testing.assert_array_equal(got.get(), full[region])
 
 
+@pytest.mark.parametrize("host_threads", [0, 2])
 @pytest.mark.parametrize("chunks", [(32, 64, 64), (1, 256, 512)])
-def test_full_read_holds_at_most_a_quarter_more_than_its_output(tmp_path, cp, chunks):
+def test_full_read_holds_at_most_a_quarter_more_than_its_output(tmp_path, cp, chunks, host_threads):
     """Decoder workspace, slots and compressed bytes live in output bytes not yet written
     or within the read's budget: the pool never holds more than 1.25x the output."""
     from linumpy_gpu.gpu.backend import GpuBackend
@@ -223,7 +234,8 @@ def test_full_read_holds_at_most_a_quarter_more_than_its_output(tmp_path, cp, ch
     arr = write_zarr_variant(
         tmp_path / "a.zarr", "v3-zstd", data, chunks=chunks, missing_fraction=0
     )
-    reader = ChunkedArrayReader(arr, GpuBackend(0, scratch_fraction=0.25, scratch_floor=0))
+    backend = GpuBackend(0, scratch_fraction=0.25, scratch_floor=0, host_threads=host_threads)
+    reader = ChunkedArrayReader(arr, backend)
     pool = cp.get_default_memory_pool()
     reader.read(())
     pool.free_all_blocks()
@@ -234,3 +246,56 @@ def test_full_read_holds_at_most_a_quarter_more_than_its_output(tmp_path, cp, ch
     np.testing.assert_array_equal(got.get(), data)
     assert reader.last_profile["batches"] > 1
     assert peak <= 1.25 * data.nbytes + (4 << 20), peak / data.nbytes
+
+
+def test_host_threads_and_nvcomp_share_one_read(tmp_path, cp):
+    """With the measured rates (no override), a 64 MiB read gives part of its batches to
+    host threads and the rest to nvCOMP, and lands equal."""
+    from linumpy_gpu.gpu.backend import GpuBackend
+
+    data = volume(shape=(256, 256, 512))
+    arr = write_zarr_variant(
+        tmp_path / "a.zarr", "v3-zstd", data, chunks=(32, 64, 64), missing_fraction=0.05
+    )
+    reader = ChunkedArrayReader(arr, GpuBackend(0, host_threads=2))
+    for _ in range(2):  # the second read uses the rates the first one measured
+        got = reader.read(())
+        np.testing.assert_array_equal(got.get(), arr[...])
+        profile = reader.last_profile
+        assert 0 < profile["host_chunks"] < profile["chunks"], profile
+    region = (slice(40, 200), slice(None, None, 3), slice(500, 3, -2))
+    np.testing.assert_array_equal(reader.read(region).get(), arr[region])
+
+
+def test_damaged_chunks_on_host_threads_and_nvcomp_in_one_batch(tmp_path, cp):
+    """A batch split between nvCOMP and host threads reports each damaged chunk with its
+    key, whichever side decoded it; "fill" reads past both."""
+    from .damage_case import damage
+
+    data = volume(shape=(64, 32, 32))
+    write_zarr_variant(
+        tmp_path / "a.zarr", "v3-zstd-checksum", data, chunks=(8, 32, 32), missing_fraction=0
+    )
+    root = tmp_path / "a.zarr"
+    for key, case in [("c/0/0/0", "truncated"), ("c/7/0/0", "checksum-byte")]:
+        path = root.joinpath(*key.split("/"))
+        path.write_bytes(damage(path.read_bytes(), case, 8 * 32 * 32 * 2))
+    reader = gpu_reader(zarr.open_array(str(root)), host_threads=2, host_chunks=2)
+    reader.batch_bytes = None
+    with pytest.raises(lg.ChunkDecodeError) as info:
+        reader.read(())
+    keys = [info.value.key] + [n for n in getattr(info.value, "__notes__", [])]
+    assert any("c/0/0/0" in k for k in keys) and any("c/7/0/0" in k for k in keys), keys
+    with pytest.warns(lg.DamagedChunkWarning, match="2 damaged"):
+        got = reader.read((), on_damaged="fill").get()
+    assert reader.last_profile["host_chunks"] == 2
+    expected = data.copy()
+    expected[0:8] = 7
+    expected[56:64] = 7
+    np.testing.assert_array_equal(got, expected)
+    # small reads go to host threads entirely (one nvCOMP batch would take longer)
+    whole_host = gpu_reader(zarr.open_array(str(root)), host_threads=2, host_chunks=None)
+    np.testing.assert_array_equal(whole_host.read((slice(8, 56),)).get(), data[8:56])
+    assert whole_host.last_profile["host_chunks"] == whole_host.last_profile["chunks"]
+    with pytest.raises(lg.ChunkDecodeError, match="c/7/0/0"):
+        whole_host.read((slice(50, 64),))

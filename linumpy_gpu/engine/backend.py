@@ -60,9 +60,16 @@ class Backend:
         """Most stored bytes one batch may stage (None: no staging bound)."""
         return None
 
-    def scratch_bytes(self, fmt: ChunkFormat, n: int, n_direct: int, stored_fraction: float) -> int:
-        """Memory a batch of ``n`` chunks (``n_direct`` decoded in place) needs besides the
-        output, for the read's budget."""
+    def host_chunks(self, fmt: ChunkFormat) -> int:
+        """Chunks per batch a device backend decodes on host cores alongside its device
+        decoder (they are fetched into ordinary memory, not staging; 0: none)."""
+        return 0
+
+    def scratch_bytes(
+        self, fmt: ChunkFormat, n: int, n_direct: int, stored_fraction: float, n_host: int = 0
+    ) -> int:
+        """Memory a batch of ``n`` chunks (``n_direct`` decoded in place, the last ``n_host``
+        decoded on host cores) needs besides the output, for the read's budget."""
         return 0
 
     def scratch_budget(self, out_nbytes: int) -> int | None:

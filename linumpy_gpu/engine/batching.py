@@ -44,6 +44,7 @@ class Placement:
     direct: list[int | None]  # per task of the batch
     scratch: tuple[int, int] | None  # [start, stop) bytes of ``buffer`` unused until later
     spare: Any = None  # else: the read's own scratch buffer (within its budget), if any
+    host: int = 0  # the batch's last ``host`` chunks are decoded on host cores
 
 
 def output_geometry(

@@ -222,28 +222,35 @@ class ChunkedArrayReader:
         per_chunk = fmt.nbytes if fmt else 1
         by_decoded = max(1, self._batch_bytes(len(tasks) * per_chunk) // max(1, per_chunk))
         staging = self.backend.staging_batch_bytes()
+        # fixed for the whole read, so that the plan and the decode agree on each batch
+        host = self.backend.host_chunks(fmt) if fmt is not None else 0
 
         def max_chunks() -> int:
             if staging is None:
                 return by_decoded
             stored = per_chunk * self._stored_fraction * 1.1 + 512
-            return max(1, min(by_decoded, int(staging // stored)))
+            # host-decoded chunks are not staged
+            return max(1, min(by_decoded, int(staging // stored))) + host
 
         def scratch_bytes(n: int, n_direct: int) -> int:
-            return self.backend.scratch_bytes(fmt, n, n_direct, self._stored_fraction)
+            return self.backend.scratch_bytes(fmt, n, n_direct, self._stored_fraction, min(n, host))
 
         budget = self.backend.scratch_budget(out_nbytes)
         spare = None
         for first, stop, placement in plan_batches(
             len(tasks), max_chunks, scratch_bytes, geometry, budget
         ):
-            if placement is not None and placement.scratch is None and self.backend.borrows_output:
+            if placement is None:
+                yield tasks[first:stop], None
+                continue
+            placement.host = min(stop - first, host)
+            if placement.scratch is None and self.backend.borrows_output:
                 # batches that cannot borrow the output share one buffer (separate buffers
-                # of varying size per batch fragment a memory pool)
-                n_direct = sum(d is not None for d in placement.direct)
-                need = scratch_bytes(stop - first, n_direct)
-                if spare is None or spare.nbytes < need:
-                    spare = self.backend.empty((need,), np.dtype(np.uint8))
+                # of varying size per batch fragment the memory pool), allocated once with
+                # room for the largest batch the budget allows
+                if spare is None:
+                    largest = scratch_bytes(max_chunks(), 0) * 5 // 4
+                    spare = self.backend.empty((min(budget, largest),), np.dtype(np.uint8))
                 placement.spare = spare
             yield tasks[first:stop], placement
 
@@ -254,7 +261,7 @@ class ChunkedArrayReader:
         profile: dict[str, float] | None = None,
     ) -> _Fetched:
         t0 = time.perf_counter()
-        fetched = self._fetch_staged(tasks)
+        fetched = self._fetch_staged(tasks, placement.host if placement is not None else 0)
         fetched.placement = placement
         fetched.profile = profile
         self._learn_ratio(fetched)
@@ -268,22 +275,32 @@ class ChunkedArrayReader:
             fraction = sum(sizes) / (len(sizes) * max(1, self.layout.chunk.nbytes))
             self._stored_fraction = min(1.05, max(0.01, fraction))
 
-    def _fetch_staged(self, tasks: list[ChunkTask]) -> _Fetched:
+    def _fetch_staged(self, tasks: list[ChunkTask], host: int = 0) -> _Fetched:
+        """Fetch a batch; its last ``host`` chunks (decoded on host cores) skip staging."""
         staging = self.backend.acquire_staging()
         try:
-            return self._fetch_into(tasks, staging)
+            allocate = getattr(staging, "reserve", None)
+            split = len(tasks) - host
+            keys, data = self._fetch_into(tasks[:split], allocate)
+            if host:
+                host_keys, host_data = self._fetch_into(tasks[split:], None)
+                keys, data = keys + host_keys, data + host_data
+            return _Fetched(tasks, keys, data, staging)
         except BaseException:
             self.backend.release_staging(staging)
             raise
 
-    def _fetch_into(self, tasks: list[ChunkTask], staging: Any) -> _Fetched:
+    def _fetch_into(
+        self, tasks: list[ChunkTask], allocate: Any
+    ) -> tuple[list[str], list[memoryview | None]]:
         layout = self.layout
-        allocate = getattr(staging, "reserve", None)
+        if not tasks:
+            return [], []
         if layout.shard_index is None:
             keys = [self._prefix + layout.storage_key(t.coords) for t in tasks]
             hint = int(layout.chunk.nbytes * self._stored_fraction) if layout.chunk else None
             data = self.source.fetch([ByteRequest(k) for k in keys], allocate, hint)
-            return _Fetched(tasks, keys, data, staging)
+            return keys, data
         fmt = layout.shard_index
         shard_keys = [self._prefix + layout.storage_key(shard_coords(t.coords, fmt)) for t in tasks]
         indexes = self._shard_indexes(sorted(set(shard_keys)))
@@ -316,7 +333,7 @@ class ChunkedArrayReader:
             if blob is None or start + length > len(blob):
                 raise ChunkDecodeError(self.name, t_key, "shard is shorter than its index says")
             data.append(blob[start : start + length])
-        return _Fetched(tasks, keys, data, staging)
+        return keys, data
 
     def _shard_indexes(self, shard_keys: Sequence[str]) -> dict[str, np.ndarray | None]:
         fmt = self.layout.shard_index
@@ -355,12 +372,16 @@ class ChunkedArrayReader:
         try:
             placement = fetched.placement
             if placement is not None and len(present) != len(fetched.data):
+                host_from = len(fetched.data) - placement.host
                 placement = Placement(
                     placement.buffer,
                     [placement.direct[i] for i in present],
                     placement.scratch,
                     placement.spare,
+                    sum(i >= host_from for i in present),
                 )
+            if placement is not None:
+                profile["host_chunks"] = profile.get("host_chunks", 0) + placement.host
             decoded = self.backend.decode(
                 [(fetched.keys[i], fetched.data[i]) for i in present],
                 layout.chunk,

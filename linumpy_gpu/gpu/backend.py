@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,10 +15,17 @@ from ..engine.backend import PLACED, Backend, CpuBackend, EncodedChunk
 from ..engine.codecs import ChecksumMismatch, crc32c_strip
 from ..engine.layout import ChunkFormat
 from ..errors import ChunkDecodeError, DeviceMemoryError, OutputMismatchError
+from .host_decode import DEFAULT_THREADS, host_decoder
 from .kernels import kernel
 from .nvcomp_lib import zstd_api
 from .staging import staging_pool
-from .zstd_batch import SLOT_ALIGN, Workspace, codec_for_current_device, round_up
+from .zstd_batch import (
+    SLOT_ALIGN,
+    DecodedBatch,
+    Workspace,
+    codec_for_current_device,
+    round_up,
+)
 
 MAX_SCATTER_DIMS = 6
 # nvCOMP decodes each chunk serially: a batch of 500 chunks takes about as long as one of
@@ -46,22 +54,31 @@ class GpuBackend(Backend):
         *,
         scratch_fraction: float | None = None,
         scratch_floor: int | None = None,
+        host_threads: int | None = None,
     ):
         """``scratch_fraction`` / ``scratch_floor``: device memory a read may hold besides
         its output, as a fraction of the output with a floor in bytes (defaults 0.25 and
         1 GiB, or ``LINUMPY_GPU_SCRATCH_FRACTION`` / ``LINUMPY_GPU_SCRATCH_FLOOR``). More
-        memory means larger nvCOMP batches, which is faster (see docs/performance.md)."""
+        memory means larger nvCOMP batches, which is faster (see docs/performance.md).
+
+        ``host_threads``: host threads that decode part of every zstd batch while nvCOMP
+        decodes the rest (default: all cores but two, or ``LINUMPY_GPU_HOST_THREADS``;
+        0: nvCOMP alone)."""
         import cupy
 
         self.scratch_fraction = SCRATCH_FRACTION if scratch_fraction is None else scratch_fraction
         self.scratch_floor = SCRATCH_FLOOR if scratch_floor is None else int(scratch_floor)
         if self.scratch_fraction < 0 or self.scratch_floor < 0:
             raise ValueError("scratch_fraction and scratch_floor must be >= 0")
+        self.host_threads = DEFAULT_THREADS if host_threads is None else int(host_threads)
+        if self.host_threads < 0:
+            raise ValueError(f"host_threads must be >= 0, got {host_threads}")
 
         self.xp = cupy
         self.device = cupy.cuda.Device(cupy.cuda.Device().id if ordinal is None else ordinal)
         self.name = f"cuda:{self.device.id}"
         self._cpu = CpuBackend()
+        self._host = host_decoder(self.device.id, self.host_threads) if self.host_threads else None
 
     def empty(self, shape, dtype):
         with self.device:
@@ -81,17 +98,29 @@ class GpuBackend(Backend):
         # Most of the ring: the next batch's reads start while this one's copy finishes.
         return staging_pool().cap * 3 // 4
 
-    def scratch_bytes(self, fmt: ChunkFormat, n: int, n_direct: int, stored_fraction: float) -> int:
-        """Compressed bytes on the device, decoded slots and nvCOMP's workspace (about
-        three times the decoded batch: measured with nvCOMP 6 zstd)."""
+    def host_chunks(self, fmt: ChunkFormat) -> int:
+        if self._host is None or not gpu_decodable(fmt):
+            return 0
+        return self._host.chunks_per_batch(fmt.nbytes)
+
+    def scratch_bytes(
+        self, fmt: ChunkFormat, n: int, n_direct: int, stored_fraction: float, n_host: int = 0
+    ) -> int:
+        """Decoded slots, and for the chunks nvCOMP decodes their compressed bytes on the
+        device and nvCOMP's workspace (about three times their decoded size: measured with
+        nvCOMP 6 zstd). Host-decoded chunks need a slot at most."""
         stride = round_up(fmt.nbytes, SLOT_ALIGN)
-        stored = n * (round_up(int(fmt.nbytes * stored_fraction * 1.1), SLOT_ALIGN) + SLOT_ALIGN)
-        if not fmt.codecs:
+        if not fmt.codecs or not gpu_decodable(fmt):
             return n * stride
-        if not gpu_decodable(fmt):
-            return n * stride
-        temp = zstd_api().decompress_temp_bytes(n, fmt.nbytes, n * fmt.nbytes, 0)
-        return stored + (n - n_direct) * stride + round_up(temp, SLOT_ALIGN) + (1 << 20)
+        on_gpu = max(0, n - n_host)
+        slots = (n - n_direct) * stride
+        if not on_gpu:
+            return slots
+        stored = on_gpu * (
+            round_up(int(fmt.nbytes * stored_fraction * 1.1), SLOT_ALIGN) + SLOT_ALIGN
+        )
+        temp = zstd_api().decompress_temp_bytes(on_gpu, fmt.nbytes, on_gpu * fmt.nbytes, 0)
+        return stored + slots + round_up(temp, SLOT_ALIGN) + (1 << 20)
 
     def scratch_budget(self, out_nbytes: int) -> int:
         return max(int(self.scratch_fraction * out_nbytes), self.scratch_floor)
@@ -255,7 +284,6 @@ class GpuBackend(Backend):
 
     def _decode_zstd(self, chunks, fmt, array, staging, placement) -> list[Any]:
         frames: list[Any] = []
-        originals: list[Any] = []
         results: list[Any] = [None] * len(chunks)
         positions = []
         has_crc = fmt.codecs[-1].name == "crc32c"
@@ -270,9 +298,8 @@ class GpuBackend(Backend):
                 stripped = data
             positions.append(i)
             frames.append(stripped)
-            originals.append(data)
-        targets = None
-        workspace = None
+        targets = np.zeros(len(positions), dtype=np.uint64)
+        workspace = Workspace()
         if placement is not None and placement.buffer is not None:
             base = placement.buffer.data.ptr
             targets = np.fromiter(
@@ -286,23 +313,75 @@ class GpuBackend(Backend):
             if placement.scratch is not None:
                 start, stop = placement.scratch
                 workspace = Workspace(base + start, stop - start, placement.buffer)
-        if workspace is None and placement is not None and placement.spare is not None:
+        if workspace.owner is None and placement is not None and placement.spare is not None:
             # one buffer reused by every batch of the read: separate allocations of varying
             # size per batch fragment the memory pool
             spare = placement.spare
             workspace = Workspace(spare.data.ptr, spare.nbytes, spare)
-        batch = codec_for_current_device().decode_host(
-            frames, fmt.nbytes, staging, targets, workspace, locations=originals
-        )
-        for slot, i in enumerate(positions):
+        # the batch's last chunks (as many as the plan gave the host) are decoded on host
+        # cores while nvCOMP decodes the others
+        host = placement.host if placement is not None and self._host is not None else 0
+        split = int(np.searchsorted(np.asarray(positions, dtype=np.int64), len(chunks) - host))
+        on_host = self._submit_host(frames[split:], fmt.nbytes, targets[split:], workspace, staging)
+        batch = None
+        try:
+            if split:
+                t0 = time.perf_counter()
+                batch = codec_for_current_device().decode_host(
+                    frames[:split], fmt.nbytes, staging, targets[:split], workspace
+                )
+                if self._host is not None:
+                    self._host.learn_gpu(time.perf_counter() - t0)
+            elif staging is not None:
+                staging.release()
+        finally:  # the workers write into this batch's memory: never leave them running
+            failures = {} if on_host is None else self._host.wait(on_host[1], self._stream())
+        for slot, i in enumerate(positions[:split]):
             reason = batch.failures.get(slot)
             if reason is not None:
                 results[i] = ChunkDecodeError(array, chunks[i][0], reason)
-            elif targets is not None and targets[slot]:
+            elif targets[slot]:
                 results[i] = PLACED
             else:
                 results[i] = batch.slot_ref(slot)
+        for k, i in enumerate(positions[split:]):
+            if k in failures:
+                results[i] = ChunkDecodeError(array, chunks[i][0], failures[k])
+            elif targets[split + k]:
+                results[i] = PLACED
+            else:
+                results[i] = on_host[0].slot_ref(k)
         return results
+
+    def _stream(self) -> Any:
+        return self.xp.cuda.get_current_stream()
+
+    def _submit_host(
+        self, frames, nbytes, targets, workspace, staging
+    ) -> tuple[DecodedBatch, Any] | None:
+        """Start decoding ``frames`` on host threads into their targets, or into slots taken
+        from ``workspace`` where the target is 0."""
+        if not frames:
+            return None
+        if staging is not None:
+            # staged bytes go back to the ring once uploaded, while the workers still read:
+            # the reader fetches host chunks elsewhere; a caller that did not gets copies
+            frames = [bytes(f) if staging.locate(f) is not None else f for f in frames]
+        dests = targets.astype(np.uint64)
+        need = np.flatnonzero(dests == 0)
+        owners = []
+        if need.size:
+            stride = round_up(nbytes, SLOT_ALIGN)
+            slots = workspace.take(int(need.size) * stride)
+            owners.append(slots)
+            dests[need] = np.uint64(slots.data.ptr) + np.arange(
+                need.size, dtype=np.uint64
+            ) * np.uint64(stride)
+        # the workers copy after everything queued so far (earlier batches still reading
+        # the memory these slots borrow)
+        after = self._stream().record()
+        units = self._host.submit(frames, nbytes, dests, after)
+        return DecodedBatch(dests, nbytes, owners=owners), units
 
     def _upload_all(self, decoded: list[Any]) -> list[Any]:
         """Copy CPU-decoded chunks to the GPU in one transfer through pinned memory."""

@@ -19,9 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.batching import SLOT_ALIGN
+
 DEFAULT_CAP = int(os.environ.get("LINUMPY_GPU_PINNED_CAP", 1 << 30))
 DEFAULT_ARENA = int(os.environ.get("LINUMPY_GPU_PINNED_ARENA", 64 << 20))
-ALIGN = 256  # every reservation starts on this boundary (nvCOMP input alignment and more)
+ALIGN = SLOT_ALIGN  # every reservation starts on a slot boundary, like device buffers
 
 
 class Arena:

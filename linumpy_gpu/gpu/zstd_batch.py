@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.batching import SLOT_ALIGN
 from .kernels import FRAME_STATUS, kernel
 from .nvcomp_lib import zstd_api
 
-SLOT_ALIGN = 256
 _BLOCK = 128
 
 
@@ -135,13 +135,12 @@ class ZstdBatchCodec:
         staging: Any = None,
         targets: np.ndarray | None = None,
         workspace: Workspace | None = None,
-        locations: Sequence[Any] | None = None,
     ) -> DecodedBatch:
         """Decode host-resident frames (bytes / memoryviews) of ``nbytes`` each.
 
         Frames that sit in pinned ``staging`` (the fetch stage read them there) go to the
-        device one copy per staging arena, without being packed again; ``locations`` are
-        the views to locate them by (the frames themselves by default). ``targets``: per
+        device one copy per staging arena, without being packed again (a frame may be any
+        view into the staged bytes, e.g. one with its checksum cut off). ``targets``: per
         frame a device address to decode into, or 0 for a scratch slot. Buffers come from
         ``workspace`` where they fit."""
         workspace = workspace or Workspace()
@@ -149,7 +148,7 @@ class ZstdBatchCodec:
         self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
         where = None
         if staging is not None and frames:
-            where = [staging.locate(v) for v in (locations or frames)]
+            where = [staging.locate(v) for v in frames]
             if any(w is None for w in where):
                 where = None
         if where is not None:
