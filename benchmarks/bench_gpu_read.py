@@ -51,6 +51,7 @@ def our_readers(path: str, array_path: str) -> dict[str, Callable[[], Any]]:
 
     level = lg.open_ome_zarr_gpu(path)[0]
     roomy = lg.open_ome_zarr(path, device=GpuBackend(scratch_fraction=3.0))[0]
+    gpu_only = lg.open_ome_zarr(path, device=GpuBackend(host_threads=0))[0]
 
     def context_read():
         with lg.gpu_zarr_context():
@@ -59,6 +60,7 @@ def our_readers(path: str, array_path: str) -> dict[str, Callable[[], Any]]:
     return {
         "linumpy_gpu open_ome_zarr_gpu": lambda: level[...],
         "linumpy_gpu, scratch up to 3x the output": lambda: roomy[...],
+        "linumpy_gpu, nvCOMP alone (no host threads)": lambda: gpu_only[...],
         "linumpy_gpu gpu_zarr_context (plain zarr)": context_read,
     }
 
@@ -256,6 +258,16 @@ def run_case(name: str, spec: dict, args: argparse.Namespace) -> list[dict]:
             sync()
             row["profile"] = dict(level._reader.last_profile)
             row["pinned_staging_bytes"] = staging_pool().allocated
+            host = level._reader.backend._host
+            if host is not None:
+                row["host_decoder"] = {
+                    "threads": host.threads,
+                    "bytes_per_s_per_thread": host.thread_rate,
+                    "gpu_batch_seconds": host.gpu_seconds,
+                    "chunks_per_batch": host.chunks_per_batch(
+                        int(np.prod(ref.chunks)) * ref.dtype.itemsize
+                    ),
+                }
             row["pinned_cap_bytes"] = staging_pool().cap
         rows.append(row)
         print(f"  {reader_name}: {row['gbps']:.2f} GB/s", flush=True)
