@@ -263,7 +263,6 @@ def run_case(name: str, spec: dict, args: argparse.Namespace) -> list[dict]:
                 row["host_decoder"] = {
                     "threads": host.threads,
                     "bytes_per_s_per_thread": host.thread_rate,
-                    "gpu_batch_seconds": host.gpu_seconds,
                     "chunks_per_batch": host.chunks_per_batch(
                         int(np.prod(ref.chunks)) * ref.dtype.itemsize
                     ),

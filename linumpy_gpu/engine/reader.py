@@ -35,6 +35,7 @@ class _Fetched:
     keys: list[str]
     data: list[memoryview | None]
     staging: Any = None
+    host_staging: Any = None  # the host-decoded chunks' bytes (kept until they are decoded)
     placement: Placement | None = None
     profile: dict[str, float] | None = None  # the read's stage timings
 
@@ -169,7 +170,9 @@ class ChunkedArrayReader:
             finally:
                 if pending is not None:  # a failed read still gives its staging back
                     with contextlib.suppress(Exception):
-                        self.backend.release_staging(pending.result().staging)
+                        left = pending.result()
+                        self.backend.release_staging(left.staging)
+                        self.backend.release_staging(left.host_staging)
         self.backend.finish()
         profile["total"] = time.perf_counter() - t_start
         profile["batches"] = n_batches
@@ -222,15 +225,17 @@ class ChunkedArrayReader:
         per_chunk = fmt.nbytes if fmt else 1
         by_decoded = max(1, self._batch_bytes(len(tasks) * per_chunk) // max(1, per_chunk))
         staging = self.backend.staging_batch_bytes()
-        # fixed for the whole read, so that the plan and the decode agree on each batch
-        host = self.backend.host_chunks(fmt) if fmt is not None else 0
+        host = 0  # chunks per batch decoded on host cores, asked again for every batch
 
         def max_chunks() -> int:
+            # plan_batches asks this first for each batch, then scratch_bytes: the plan and
+            # the placement of one batch agree on its host share
+            nonlocal host
+            host = self.backend.host_chunks(fmt) if fmt is not None else 0
             if staging is None:
                 return by_decoded
             stored = per_chunk * self._stored_fraction * 1.1 + 512
-            # host-decoded chunks are not staged
-            return max(1, min(by_decoded, int(staging // stored))) + host
+            return max(1, min(by_decoded + host, int(staging // stored)))
 
         def scratch_bytes(n: int, n_direct: int) -> int:
             return self.backend.scratch_bytes(fmt, n, n_direct, self._stored_fraction, min(n, host))
@@ -276,18 +281,22 @@ class ChunkedArrayReader:
             self._stored_fraction = min(1.05, max(0.01, fraction))
 
     def _fetch_staged(self, tasks: list[ChunkTask], host: int = 0) -> _Fetched:
-        """Fetch a batch; its last ``host`` chunks (decoded on host cores) skip staging."""
+        """Fetch a batch; its last ``host`` chunks (decoded on host cores) are staged apart,
+        since the device's share goes back to the ring as soon as it is uploaded."""
         staging = self.backend.acquire_staging()
+        host_staging = self.backend.acquire_staging() if host else None
         try:
-            allocate = getattr(staging, "reserve", None)
             split = len(tasks) - host
-            keys, data = self._fetch_into(tasks[:split], allocate)
+            keys, data = self._fetch_into(tasks[:split], getattr(staging, "reserve", None))
             if host:
-                host_keys, host_data = self._fetch_into(tasks[split:], None)
+                host_keys, host_data = self._fetch_into(
+                    tasks[split:], getattr(host_staging, "reserve", None)
+                )
                 keys, data = keys + host_keys, data + host_data
-            return _Fetched(tasks, keys, data, staging)
+            return _Fetched(tasks, keys, data, staging, host_staging)
         except BaseException:
             self.backend.release_staging(staging)
+            self.backend.release_staging(host_staging)
             raise
 
     def _fetch_into(
@@ -391,6 +400,7 @@ class ChunkedArrayReader:
             )
         finally:
             self.backend.release_staging(fetched.staging)
+            self.backend.release_staging(fetched.host_staging)
         damaged = []
         groups: dict[int, tuple[Any, list[ChunkTask], list[Any]]] = {}
         for i, raw in zip(present, decoded, strict=True):
