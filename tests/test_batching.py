@@ -60,7 +60,7 @@ class ScribblingBackend(CpuBackend):
     def acquire_staging(self):
         return RecordingStaging()
 
-    def host_chunks(self, fmt):
+    def host_chunks(self, fmt, n_tasks):
         return self.host
 
     def scratch_bytes(self, fmt, n, n_direct, stored_fraction, n_host=0):

@@ -1,50 +1,41 @@
-"""How many chunks of a batch go to host threads: measured balance, within bounds."""
+"""Which reads go to host threads instead of nvCOMP: those the host finishes sooner."""
 
 from __future__ import annotations
 
-from linumpy_gpu.gpu.host_decode import MAX_SHARE, HostDecoder, HostUnits
+from linumpy_gpu.gpu.host_decode import HostDecoder
 
 MiB = 1 << 20
 
 
-def _units(count: int, nbytes: int = 4 * MiB) -> HostUnits:
-    return HostUnits([], [], count, nbytes, 0.0)
-
-
 def test_no_threads_no_share():
-    assert HostDecoder(0, 0).chunks_per_batch(4 * MiB) == 0
+    decoder = HostDecoder(0, 0)
+    assert decoder.chunks_per_batch(4 * MiB) == 0
+    assert decoder.share_of_read(4 * MiB, 3) == 0
 
 
-def test_first_guess_gives_every_thread_work():
+def test_small_reads_go_to_the_host_entirely_large_ones_to_nvcomp():
+    decoder = HostDecoder(0, 14)
+    decoder.thread_rate, decoder.gpu_seconds = 0.45e9, 0.040
+    capacity = decoder.chunks_per_batch(4 * MiB)  # 14 threads x 0.45 GB/s x 40 ms / 4 MiB
+    assert capacity == int(14 * 0.45e9 * 0.040 / (4 * MiB)) == 60
+    assert decoder.share_of_read(4 * MiB, 27) == 27  # a 256^3 tile of 128^3 chunks
+    assert decoder.share_of_read(4 * MiB, 60) == 60
+    assert decoder.share_of_read(4 * MiB, 61) == 0
+    assert decoder.share_of_read(4 * MiB, 1024) == 0  # a whole level
+    assert decoder.share_of_read(4 * MiB, 0) == 0
+    # smaller chunks: more of them fit in one nvCOMP batch's time
+    assert decoder.chunks_per_batch(512 << 10) == 480
+
+
+def test_every_thread_gets_a_chunk_even_for_huge_chunks():
     decoder = HostDecoder(0, 4)
-    assert decoder.chunks_per_batch(64 * MiB) == 4
-    assert decoder.chunks_per_batch(64 << 10) > 4
+    assert decoder.chunks_per_batch(1 << 30) == 4
 
 
-def test_share_follows_which_side_finished_first():
-    decoder = HostDecoder(0, 4)
-    decoder.balance(_units(40), host_seconds=0.080, gpu_seconds=0.040)  # host was late
-    shrunk = decoder.chunks_per_batch(4 * MiB)
-    assert 20 <= shrunk < 40
-    for _ in range(5):  # host keeps finishing early: the share grows, step by step
-        decoder.balance(_units(shrunk), host_seconds=0.010, gpu_seconds=0.040)
-        grown = decoder.chunks_per_batch(4 * MiB)
-        assert shrunk < grown <= 2 * shrunk
-        shrunk = grown
-    for _ in range(40):
-        decoder.balance(_units(shrunk), host_seconds=0.010, gpu_seconds=0.040)
-        shrunk = decoder.chunks_per_batch(4 * MiB)
-    assert shrunk == MAX_SHARE
-    decoder.balance(_units(30), host_seconds=0.040, gpu_seconds=0.0)  # no GPU part: no news
-    assert decoder.chunks_per_batch(4 * MiB) == shrunk
-    # other chunk sizes keep their own share
-    assert decoder.chunks_per_batch(512 << 10) != shrunk
-
-
-def test_balance_converges_to_equal_times():
+def test_measured_nvcomp_batches_move_the_threshold():
     decoder = HostDecoder(0, 8)
-    per_chunk, gpu = 0.002, 0.040  # host: 2 ms per chunk over the pool; GPU: 40 ms a batch
+    before = decoder.chunks_per_batch(4 * MiB)
     for _ in range(30):
-        n = decoder.chunks_per_batch(4 * MiB)
-        decoder.balance(_units(n), host_seconds=n * per_chunk, gpu_seconds=gpu)
-    assert abs(decoder.chunks_per_batch(4 * MiB) - 20) <= 1
+        decoder.learn_gpu(0.120)  # a slower GPU (or busier): the host takes larger reads
+    assert decoder.gpu_seconds > 0.11
+    assert decoder.chunks_per_batch(4 * MiB) > 2 * before

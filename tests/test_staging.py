@@ -32,7 +32,10 @@ def test_reserve_spans_arenas_and_locates_slices():
     assert len(pool._free) == 4 and pool.allocated == 4 * MiB
 
 
-def test_cap_holds_and_a_batch_bigger_than_the_cap_does_not_wait():
+def test_cap_holds_and_a_batch_bigger_than_the_cap_does_not_wait(monkeypatch):
+    import linumpy_gpu.gpu.staging as staging
+
+    monkeypatch.setattr(staging, "ARENA_WAIT", 30.0)  # the release below comes well before
     pool = host_pool(2 * MiB, MiB)
     batch = pool.batch()
     assert batch.reserve(900_000) is not None

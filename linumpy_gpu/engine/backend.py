@@ -60,9 +60,9 @@ class Backend:
         """Most stored bytes one batch may stage (None: no staging bound)."""
         return None
 
-    def host_chunks(self, fmt: ChunkFormat) -> int:
-        """Chunks per batch a device backend decodes on host cores alongside its device
-        decoder (they are fetched into ordinary memory, not staging; 0: none)."""
+    def host_chunks(self, fmt: ChunkFormat, n_tasks: int) -> int:
+        """Of each batch of a read of ``n_tasks`` chunks, how many (its last ones) a device
+        backend decodes on host cores rather than its device decoder (0: none)."""
         return 0
 
     def scratch_bytes(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,6 +20,15 @@ MAX_IO_THREADS = min(16, 2 * (os.cpu_count() or 2))
 # Below this many bytes per read, a thread spends more time handing the GIL around than
 # copying (measured on an H200 host: 330 KB reads peak at 4 threads, 2.7 MB reads at 16).
 BYTES_PER_THREAD = 96 << 10
+# Storage slower than the page cache (a disk, a network file system) needs many requests in
+# flight rather than few threads: below this rate per thread at the size-based thread count,
+# reads use DISK_THREADS, and every REPROBE-th fetch checks again (the cache warms up).
+SLOW_THREAD_RATE = 0.8e9
+DISK_THREADS = 32
+REPROBE = 8
+# Long runs (a shard's inner chunks end to end) are read in pieces of at most this many
+# bytes on separate threads: a batch may touch fewer files than there are threads.
+PIECE_BYTES = 8 << 20
 
 
 def threads_for(bytes_per_read: int | None, limit: int = MAX_IO_THREADS) -> int:
@@ -68,6 +78,8 @@ class LocalFileSource:
     def __init__(self, root: str | os.PathLike[str], threads: int | None = None):
         self.root = os.fspath(root)
         self.threads = threads
+        self.slow_storage = False  # measured: see SLOW_THREAD_RATE
+        self._fetches = 0
 
     @classmethod
     def pool(cls, threads: int) -> ThreadPoolExecutor:
@@ -140,6 +152,34 @@ class LocalFileSource:
         for i, r in enumerate(requests):
             by_key.setdefault(r.key, []).append(i)
         files = list(by_key.items())
+        if len(files) <= 1 and not _long_runs(requests):
+            out: list[memoryview | None] = [None] * len(requests)
+            for key, members in files:
+                for i, v in zip(
+                    members,
+                    self._read_file(key, [requests[i] for i in members], allocate),
+                    strict=True,
+                ):
+                    out[i] = v
+            return out
+        per_file = size_hint * len(requests) // len(files) if size_hint else None
+        sized = self.threads or threads_for(per_file)
+        self._fetches += 1
+        probing = not self.slow_storage or self._fetches % REPROBE == 0
+        threads = sized if probing or self.threads else max(sized, DISK_THREADS)
+        t0 = time.perf_counter()
+        if _long_runs(requests):
+            out = self._fetch_pieces(requests, files, allocate, threads)
+        else:
+            out = self._fetch_files(requests, files, allocate, threads)
+        if probing and not self.threads:
+            nbytes = sum(len(v) for v in out if v is not None)
+            if nbytes >= 8 << 20:
+                rate = nbytes / max(time.perf_counter() - t0, 1e-9) / threads
+                self.slow_storage = rate < SLOW_THREAD_RATE
+        return out
+
+    def _fetch_files(self, requests, files, allocate, threads) -> list[memoryview | None]:
         out: list[memoryview | None] = [None] * len(requests)
 
         def read(item: tuple[str, list[int]]) -> None:
@@ -148,12 +188,6 @@ class LocalFileSource:
             for i, v in zip(members, views, strict=True):
                 out[i] = v
 
-        if len(files) <= 1:
-            for item in files:
-                read(item)
-            return out
-        per_file = size_hint * len(requests) // len(files) if size_hint else None
-        threads = self.threads or threads_for(per_file)
         # Interleaved groups, one task each: a future per file costs about as much as
         # reading 64 KiB.
         groups = min(len(files), 2 * threads)
@@ -164,6 +198,79 @@ class LocalFileSource:
 
         list(self.pool(threads).map(run, range(groups)))
         return out
+
+    def _fetch_pieces(self, requests, files, allocate, threads) -> list[memoryview | None]:
+        """Ranged requests on few files: plan every run of adjacent ranges, then read the
+        runs in pieces of at most PIECE_BYTES on the pool."""
+        out: list[memoryview | None] = [None] * len(requests)
+        runs: list[tuple[int, int, int, memoryview, list[int], list[tuple[int, int]]]] = []
+        fds = []
+        try:
+            for key, members in files:
+                try:
+                    fd = os.open(self.path_of(key), os.O_RDONLY)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                fds.append(fd)
+                size = os.fstat(fd).st_size
+                spans = {}
+                for i in members:
+                    r = requests[i]
+                    start = min(r.offset, size)
+                    spans[i] = (start, max(start, min(size, r.offset + (r.length or 0))))
+                order = sorted(members, key=lambda i: spans[i][0])
+                run: list[int] = []
+                for i in order + [None]:
+                    if run and (i is None or spans[i][0] != spans[run[-1]][1]):
+                        start, end = spans[run[0]][0], spans[run[-1]][1]
+                        view = (
+                            allocate(end - start) if allocate is not None and end > start else None
+                        )
+                        if view is None:
+                            view = memoryview(bytearray(end - start))
+                        runs.append((fd, start, end - start, view, run, [spans[k] for k in run]))
+                        run = []
+                    if i is not None:
+                        run.append(i)
+            total = sum(r[2] for r in runs)
+            piece = max(1 << 20, min(PIECE_BYTES, -(-total // (2 * threads))))
+            pieces = [
+                (k, a, min(a + piece, runs[k][2]))
+                for k in range(len(runs))
+                for a in range(0, runs[k][2], piece)
+            ]
+
+            def read(item: tuple[int, int, int]) -> int:
+                k, a, b = item
+                fd, start, _, view, _, _ = runs[k]
+                done = a
+                while done < b:
+                    n = os.preadv(fd, [view[done:b]], start + done)
+                    if n == 0:
+                        break
+                    done += n
+                return done
+
+            ends = list(self.pool(threads).map(read, pieces)) if pieces else []
+            short = {}
+            for (k, _start, b), done in zip(pieces, ends, strict=True):
+                if done < b:  # the file ended early: bytes from here on were not read
+                    short[k] = min(short.get(k, done), done)
+            for k, (_, start, length, view, members, spans) in enumerate(runs):
+                valid = short.get(k, length)
+                for i, (a, b) in zip(members, spans, strict=True):
+                    out[i] = view[a - start : max(a - start, min(b - start, valid))]
+            return out
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _long_runs(requests: Sequence[ByteRequest]) -> bool:
+    """True for ranged requests (a shard's inner chunks) worth reading in pieces."""
+    if not requests or any(r.length is None or r.suffix is not None for r in requests):
+        return False
+    return sum(r.length for r in requests) > 2 * PIECE_BYTES
 
 
 class ZarrStoreSource:

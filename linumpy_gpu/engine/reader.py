@@ -231,7 +231,7 @@ class ChunkedArrayReader:
             # plan_batches asks this first for each batch, then scratch_bytes: the plan and
             # the placement of one batch agree on its host share
             nonlocal host
-            host = self.backend.host_chunks(fmt) if fmt is not None else 0
+            host = self.backend.host_chunks(fmt, len(tasks)) if fmt is not None else 0
             if staging is None:
                 return by_decoded
             stored = per_chunk * self._stored_fraction * 1.1 + 512

@@ -96,14 +96,12 @@ class GpuBackend(Backend):
 
     def staging_batch_bytes(self) -> int:
         # Most of the ring: the next batch's reads start while this one's copy finishes.
-        # With host threads, a batch's host share holds its arenas until it is decoded.
-        cap = staging_pool().cap
-        return cap * 3 // 4 if self._host is None else cap // 2
+        return staging_pool().cap * 3 // 4
 
-    def host_chunks(self, fmt: ChunkFormat) -> int:
+    def host_chunks(self, fmt: ChunkFormat, n_tasks: int) -> int:
         if self._host is None or not gpu_decodable(fmt):
             return 0
-        return self._host.chunks_per_batch(fmt.nbytes)
+        return self._host.share_of_read(fmt.nbytes, n_tasks)
 
     def scratch_bytes(
         self, fmt: ChunkFormat, n: int, n_direct: int, stored_fraction: float, n_host: int = 0
@@ -326,20 +324,18 @@ class GpuBackend(Backend):
         split = int(np.searchsorted(np.asarray(positions, dtype=np.int64), len(chunks) - host))
         on_host = self._submit_host(frames[split:], fmt.nbytes, targets[split:], workspace, staging)
         batch = None
-        gpu_seconds = 0.0
         try:
             if split:
                 t0 = time.perf_counter()
                 batch = codec_for_current_device().decode_host(
                     frames[:split], fmt.nbytes, staging, targets[:split], workspace
                 )
-                gpu_seconds = time.perf_counter() - t0
+                if self._host is not None:
+                    self._host.learn_gpu(time.perf_counter() - t0)
             elif staging is not None:
                 staging.release()
         finally:  # the workers write into this batch's memory: never leave them running
-            failures = (
-                {} if on_host is None else self._host.wait(on_host[1], self._stream(), gpu_seconds)
-            )
+            failures = {} if on_host is None else self._host.wait(on_host[1], self._stream())
         for slot, i in enumerate(positions[:split]):
             reason = batch.failures.get(slot)
             if reason is not None:

@@ -1,15 +1,12 @@
-"""zstd chunks decoded on host cores while nvCOMP decodes the rest of their batch.
+"""zstd chunks of small reads decoded on host cores instead of nvCOMP.
 
 nvCOMP's zstd decodes each chunk on one thread block, so a batch of 4 MiB chunks takes
-30-40 ms however many chunks it holds, and its workspace is about three times the batch's
-decoded size. A host core decodes the same chunk in a few milliseconds and needs no device
-workspace at all. So each batch gives its last chunks to a pool of host threads, as many
-as they can decode in the time the GPU takes for the rest; small reads (one tile) go to
-the host entirely, because a single nvCOMP batch would take longer than the whole read.
-
-How many is measured, not assumed: after each batch that both sides worked on, the share
-moves towards the count that would have finished with the GPU (host cores also serve the
-reads and the thread driving nvCOMP, so the balance depends on the machine and the read).
+30-60 ms however few chunks it holds. A host core decodes such a chunk in about 9 ms
+(0.45 GB/s per core on the H200 host), so a read whose chunks the host threads decode in
+less time than one nvCOMP batch (a tile of a tile-by-tile pipeline) is decoded on the host
+entirely. Larger reads stay on nvCOMP: giving host threads part of every batch was
+measured neutral to harmful there (the host cores also serve the reads that feed the GPU;
+docs/performance.md), though the engine supports such splits (``Placement.host``).
 
 Each worker thread decodes a unit of chunks into one of its two pinned buffers, copies the
 unit to the device on its own stream (after the read's previous GPU work, via an event),
@@ -33,12 +30,11 @@ from ..engine.codecs import zstd_decode_into
 # Host cores left to the fetch threads and the Python thread driving the GPU.
 DEFAULT_THREADS = int(os.environ.get("LINUMPY_GPU_HOST_THREADS", max(0, (os.cpu_count() or 2) - 2)))
 UNIT_BYTES = 4 << 20  # decoded bytes per unit of work (one copy to the device each)
-# Before any batch was timed: nvCOMP's time per batch of large chunks on an H200 and the
+# Before anything was timed: nvCOMP's time per batch of large chunks on an H200 and the
 # host rate per thread (zstd level 3, ratio 1.55: 0.45-0.6 GB/s per core on its host).
 INITIAL_GPU_SECONDS = 0.035
 INITIAL_THREAD_RATE = 0.45e9
-_SMOOTHING = 0.5
-MAX_SHARE = 8192
+_SMOOTHING = 0.3
 
 
 @dataclass
@@ -48,8 +44,6 @@ class HostUnits:
     futures: list[Future]
     first: list[int]  # index of each unit's first chunk
     count: int
-    nbytes: int
-    submitted: float
     failures: dict[int, str] = field(default_factory=dict)
 
 
@@ -74,29 +68,26 @@ class HostDecoder:
         )
         self._state = _WorkerState()
         self._lock = threading.Lock()
-        self._share: dict[int, float] = {}  # chunk bytes -> host chunks per batch
-        self.thread_rate = INITIAL_THREAD_RATE  # decoded bytes per second per thread, measured
+        self.thread_rate = INITIAL_THREAD_RATE  # decoded bytes per second per thread
+        self.gpu_seconds = INITIAL_GPU_SECONDS  # one nvCOMP batch
 
     def chunks_per_batch(self, nbytes: int) -> int:
-        """Chunks of ``nbytes`` the pool decodes in the time of one nvCOMP batch."""
+        """Chunks of ``nbytes`` the pool decodes in the time of one nvCOMP batch (at least
+        one per thread), from the rates measured so far."""
         if not self.threads:
             return 0
-        share = self._share.get(nbytes)
-        if share is None:  # nothing measured yet for this chunk size
-            rate = INITIAL_THREAD_RATE * self.threads
-            share = max(self.threads, rate * INITIAL_GPU_SECONDS / max(1, nbytes))
-        return max(1, int(share))
+        rate = self.thread_rate * self.threads
+        return max(self.threads, int(rate * self.gpu_seconds / max(1, nbytes)))
 
-    def balance(self, units: HostUnits, host_seconds: float, gpu_seconds: float) -> None:
-        """Move the share towards the count that would have taken ``gpu_seconds``."""
-        if units.count == 0 or host_seconds <= 0 or gpu_seconds <= 0:
-            return
-        ratio = min(2.0, max(0.5, gpu_seconds / host_seconds))
-        target = units.count * ratio
+    def share_of_read(self, nbytes: int, n_chunks: int) -> int:
+        """How many of a read's ``n_chunks`` chunks go to the host: all of them when the
+        host finishes them before one nvCOMP batch would, else none."""
+        return n_chunks if 0 < n_chunks <= self.chunks_per_batch(nbytes) else 0
+
+    def learn_gpu(self, seconds: float) -> None:
+        """Record how long an nvCOMP batch took."""
         with self._lock:
-            share = self._share.get(units.nbytes, float(units.count))
-            share += _SMOOTHING * (target - share)
-            self._share[units.nbytes] = min(MAX_SHARE, max(1.0, share))
+            self.gpu_seconds += _SMOOTHING * (seconds - self.gpu_seconds)
 
     def submit(
         self, frames: Sequence[Any], nbytes: int, dests: np.ndarray, after: Any
@@ -112,22 +103,19 @@ class HostDecoder:
             )
             for a in firsts
         ]
-        return HostUnits(futures, firsts, len(frames), nbytes, time.perf_counter())
+        return HostUnits(futures, firsts, len(frames))
 
-    def wait(self, units: HostUnits, stream: Any, gpu_seconds: float = 0.0) -> dict[int, str]:
-        """Wait for the units; ``stream`` waits (on the GPU) for their copies. With the time
-        the GPU took for the rest of the batch (0: it had none), rebalances the share.
-        Returns the failed chunks' reasons by index."""
-        decoded, busy, last = 0, 0.0, units.submitted
+    def wait(self, units: HostUnits, stream: Any) -> dict[int, str]:
+        """Wait for the units; ``stream`` waits (on the GPU) for their copies. Returns the
+        failed chunks' reasons by index."""
+        decoded, busy = 0, 0.0
         for first, future in zip(units.first, units.futures, strict=True):
-            failures, event, seconds, nbytes, done = future.result()
+            failures, event, seconds, nbytes = future.result()
             stream.wait_event(event)
             decoded += nbytes
             busy += seconds
-            last = max(last, done)
             for j, reason in failures.items():
                 units.failures[first + j] = reason
-        self.balance(units, last - units.submitted, gpu_seconds)
         if busy > 0 and decoded >= 4 * UNIT_BYTES:
             with self._lock:
                 self.thread_rate += _SMOOTHING * (decoded / busy - self.thread_rate)
@@ -137,7 +125,7 @@ class HostDecoder:
 
     def _unit(
         self, frames: Sequence[Any], nbytes: int, stride: int, dests: np.ndarray, after: Any
-    ) -> tuple[dict[int, str], Any, float, int, float]:
+    ) -> tuple[dict[int, str], Any, float, int]:
         import cupy
 
         st = self._state
@@ -174,7 +162,7 @@ class HostDecoder:
             event = cupy.cuda.Event(disable_timing=True)
             event.record(st.stream)
             st.events[turn] = event
-        return failures, event, seconds, len(frames) * nbytes, time.perf_counter()
+        return failures, event, seconds, len(frames) * nbytes
 
 
 def _runs(dests: np.ndarray, stride: int, failures: dict[int, str]) -> list[tuple[int, int]]:

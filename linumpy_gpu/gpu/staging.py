@@ -23,6 +23,11 @@ from ..engine.batching import SLOT_ALIGN
 
 DEFAULT_CAP = int(os.environ.get("LINUMPY_GPU_PINNED_CAP", 1 << 30))
 DEFAULT_ARENA = int(os.environ.get("LINUMPY_GPU_PINNED_ARENA", 64 << 20))
+# How long a batch waits for arenas held by others before reading into ordinary memory:
+# long enough for the previous batch's upload to give its arenas back (~15 ms for 768 MiB),
+# short enough that readers filling the ring from several threads do not queue behind one
+# another (2 s here once made 8 threads of tile reads 50x slower).
+ARENA_WAIT = 0.1
 ALIGN = SLOT_ALIGN  # every reservation starts on a slot boundary, like device buffers
 
 
@@ -59,7 +64,7 @@ class StagingPool:
         self._allocated = 0
         self._cond = threading.Condition()
 
-    def acquire(self, size: int, wait: float = 2.0) -> Arena | None:
+    def acquire(self, size: int, wait: float = ARENA_WAIT) -> Arena | None:
         """An arena of at least ``size`` bytes, or None when the cap stays exhausted for
         ``wait`` seconds or ``size`` exceeds the cap (the caller then uses ordinary memory)."""
         size = max(self.arena_bytes, -(-size // (1 << 20)) * (1 << 20))
@@ -126,7 +131,7 @@ class StagedBatch:
                 held = sum(a.size for a in self.arenas)
                 # waiting only helps if other readers' arenas, not this batch's, fill the cap
                 alone = held + max(n, self.pool.arena_bytes) > self.pool.cap
-                arena = self.pool.acquire(n, wait=0.0 if alone else 2.0)
+                arena = self.pool.acquire(n, wait=0.0 if alone else ARENA_WAIT)
                 if arena is None:
                     self._exhausted = True
                     return None

@@ -1,0 +1,79 @@
+"""The local fetch: long shard runs read in pieces, and more requests in flight on slow
+storage."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import linumpy_gpu.engine.fetch as fetch
+from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def shard(tmp_path):
+    data = np.random.default_rng(1).integers(0, 256, 21 * MiB + 123, dtype=np.uint8)
+    (tmp_path / "s").write_bytes(data.tobytes())
+    return tmp_path, data.tobytes()
+
+
+def _requests(size: int) -> list[ByteRequest]:
+    rng = np.random.default_rng(2)
+    cuts = np.sort(rng.choice(np.arange(1, size - 1), 300, replace=False))
+    edges = [0, *cuts.tolist(), size]
+    ranges = [(a, b - a) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    del ranges[100]  # a gap: two runs
+    ranges.append((size - 10, 50))  # runs past the end of the file
+    ranges.append((size + 5, 10))  # starts past the end
+    return [ByteRequest("s", a, n) for a, n in ranges]
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_long_runs_read_in_pieces_equal_plain_slices(shard, staged, monkeypatch):
+    root, blob = shard
+    monkeypatch.setattr(fetch, "PIECE_BYTES", 2 * MiB)
+    requests = _requests(len(blob))
+    requests.insert(7, ByteRequest("missing", 0, 100))
+    assert fetch._long_runs(requests)
+    handed_out = []
+
+    def allocate(n):
+        buf = memoryview(bytearray(n))
+        handed_out.append(buf)
+        return buf
+
+    got = LocalFileSource(root).fetch(requests, allocate if staged else None)
+    for r, view in zip(requests, got, strict=True):
+        if r.key == "missing":
+            assert view is None
+            continue
+        assert bytes(view) == blob[r.offset : r.offset + r.length], r
+    if staged:
+        # one buffer per run (two around the gap, one for the overlapping tail request),
+        # whatever the number of pieces
+        assert len(handed_out) == 3
+
+
+def test_slow_storage_gets_more_requests_in_flight(shard, monkeypatch):
+    root, blob = shard
+    source = LocalFileSource(root)
+    requests = [ByteRequest("s", a, 3 * MiB) for a in range(0, 18 * MiB, 3 * MiB)]
+    monkeypatch.setattr(fetch, "SLOW_THREAD_RATE", 1e30)  # nothing is fast enough
+    source.fetch(requests)
+    assert source.slow_storage
+    used = []
+    real_pool = LocalFileSource.pool
+    monkeypatch.setattr(
+        LocalFileSource, "pool", classmethod(lambda cls, n: used.append(n) or real_pool(n))
+    )
+    got = source.fetch(requests)
+    assert used[-1] == fetch.DISK_THREADS
+    assert b"".join(bytes(v) for v in got) == blob[: 18 * MiB]
+    monkeypatch.setattr(fetch, "SLOW_THREAD_RATE", 0.0)  # the cache warmed up
+    for _ in range(fetch.REPROBE):
+        source.fetch(requests)
+    assert not source.slow_storage
+    source.fetch(requests)
+    assert used[-1] < fetch.DISK_THREADS
