@@ -30,9 +30,11 @@ from ..engine.codecs import zstd_decode_into
 # Host cores left to the fetch threads and the Python thread driving the GPU.
 DEFAULT_THREADS = int(os.environ.get("LINUMPY_GPU_HOST_THREADS", max(0, (os.cpu_count() or 2) - 2)))
 UNIT_BYTES = 4 << 20  # decoded bytes per unit of work (one copy to the device each)
-# Before anything was timed: nvCOMP's time per batch of large chunks on an H200 and the
-# host rate per thread (zstd level 3, ratio 1.55: 0.45-0.6 GB/s per core on its host).
-INITIAL_GPU_SECONDS = 0.035
+# Before anything was timed: one thread block decodes a chunk at about this rate, so an
+# nvCOMP batch takes about one chunk's time (4 MiB: 33-43 ms on an H200, nvCOMP 6), and
+# the host rate per thread (zstd level 3, ratio 1.55: 0.45-0.6 GB/s per core there).
+NVCOMP_CHUNK_RATE = 120e6
+MIN_GPU_SECONDS = 0.002
 INITIAL_THREAD_RATE = 0.45e9
 _SMOOTHING = 0.3
 
@@ -69,7 +71,7 @@ class HostDecoder:
         self._state = _WorkerState()
         self._lock = threading.Lock()
         self.thread_rate = INITIAL_THREAD_RATE  # decoded bytes per second per thread
-        self.gpu_seconds = INITIAL_GPU_SECONDS  # one nvCOMP batch
+        self.gpu_seconds: dict[int, float] = {}  # chunk bytes -> one nvCOMP batch, measured
 
     def chunks_per_batch(self, nbytes: int) -> int:
         """Chunks of ``nbytes`` the pool decodes in the time of one nvCOMP batch (at least
@@ -77,17 +79,24 @@ class HostDecoder:
         if not self.threads:
             return 0
         rate = self.thread_rate * self.threads
-        return max(self.threads, int(rate * self.gpu_seconds / max(1, nbytes)))
+        return max(self.threads, int(rate * self.batch_seconds(nbytes) / max(1, nbytes)))
+
+    def batch_seconds(self, nbytes: int) -> float:
+        """How long an nvCOMP batch of chunks of ``nbytes`` takes (measured, else the
+        one-block-per-chunk estimate)."""
+        guess = max(MIN_GPU_SECONDS, nbytes / NVCOMP_CHUNK_RATE)
+        return self.gpu_seconds.get(nbytes, guess)
 
     def share_of_read(self, nbytes: int, n_chunks: int) -> int:
         """How many of a read's ``n_chunks`` chunks go to the host: all of them when the
         host finishes them before one nvCOMP batch would, else none."""
         return n_chunks if 0 < n_chunks <= self.chunks_per_batch(nbytes) else 0
 
-    def learn_gpu(self, seconds: float) -> None:
-        """Record how long an nvCOMP batch took."""
+    def learn_gpu(self, nbytes: int, seconds: float) -> None:
+        """Record how long an nvCOMP batch of chunks of ``nbytes`` took."""
         with self._lock:
-            self.gpu_seconds += _SMOOTHING * (seconds - self.gpu_seconds)
+            old = self.batch_seconds(nbytes)
+            self.gpu_seconds[nbytes] = old + _SMOOTHING * (seconds - old)
 
     def submit(
         self, frames: Sequence[Any], nbytes: int, dests: np.ndarray, after: Any
