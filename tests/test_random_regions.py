@@ -58,3 +58,18 @@ def test_read_into_out_including_reversed_and_dropped_axes(stored):
     result = reader.read(region, out=out)
     assert result is out
     np.testing.assert_array_equal(out, full[region])
+
+
+def test_read_regions_over_many_prefetched_batches_equal_zarr(stored):
+    """Overlapping regions share chunks; small batches make the reads overlap the decodes."""
+    reader, full = stored
+    rng = np.random.default_rng(11)
+    regions = []
+    for _ in range(12):
+        lo = [int(rng.integers(0, n - 4)) for n in SHAPE]
+        regions.append(tuple(slice(a, a + int(rng.integers(1, 12))) for a in lo))
+    regions.append((slice(None), 3, slice(None, None, -3)))
+    got = reader.read_regions(regions)
+    assert reader.last_profile["batches"] > 1
+    for result, region in zip(got, regions, strict=True):
+        np.testing.assert_array_equal(result, full[region])

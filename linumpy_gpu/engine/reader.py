@@ -133,46 +133,9 @@ class ChunkedArrayReader:
         profile["plan"] = time.perf_counter() - t_start
         if progress is not None:
             progress.reset(total=len(tasks))
-        damaged: list[ChunkDecodeError] = []
-        n_batches = 0
-        first = next(batches, None)
-        if first is not None and len(first[0]) == len(tasks):  # one batch: nothing to overlap
-            fetched = self._fetch(*first, profile)
-            n_batches = 1
-            damaged += self._decode_and_place(
-                fetched, lambda i, f=fetched: [(work, f.tasks[i])], on_damaged
-            )
-            if progress is not None:
-                progress.update(len(fetched.tasks))
-            first = None
-        with contextlib.ExitStack() as stack:
-            pending: Future | None = None
-            if first is not None:
-                prefetch = stack.enter_context(
-                    ThreadPoolExecutor(1, thread_name_prefix="linumpy-prefetch")
-                )
-                pending = prefetch.submit(self._fetch, *first, profile)
-            try:
-                while pending is not None:
-                    t0 = time.perf_counter()
-                    fetched = pending.result()
-                    profile["wait_fetch"] += time.perf_counter() - t0
-                    pending = None
-                    nxt = next(batches, None)  # sized with what this batch taught
-                    if nxt is not None:
-                        pending = prefetch.submit(self._fetch, *nxt, profile)
-                    n_batches += 1
-                    damaged += self._decode_and_place(
-                        fetched, lambda i, f=fetched: [(work, f.tasks[i])], on_damaged
-                    )
-                    if progress is not None:
-                        progress.update(len(fetched.tasks))
-            finally:
-                if pending is not None:  # a failed read still gives its staging back
-                    with contextlib.suppress(Exception):
-                        left = pending.result()
-                        self.backend.release_staging(left.staging)
-                        self.backend.release_staging(left.host_staging)
+        damaged, n_batches = self._run_batches(
+            batches, len(tasks), lambda f, i: [(work, f.tasks[i])], profile, progress, on_damaged
+        )
         self.backend.finish()
         profile["total"] = time.perf_counter() - t_start
         profile["batches"] = n_batches
@@ -205,11 +168,64 @@ class ChunkedArrayReader:
         unique = [pairs[0][1] for pairs in feeds.values()]
         profile = _new_profile()
         out_nbytes = sum(s.size for s in sels) * layout.dtype.itemsize
-        for batch in self._batches(unique, None, out_nbytes):
-            fetched = self._fetch(*batch, profile)
-            self._decode_and_place(fetched, lambda i, f=fetched: feeds[f.tasks[i].coords], "raise")
+        batches = self._batches(unique, None, out_nbytes)
+        _, profile["batches"] = self._run_batches(
+            batches, len(unique), lambda f, i: feeds[f.tasks[i].coords], profile, None, "raise"
+        )
         self.backend.finish()
+        profile["chunks"] = len(unique)
+        self.last_profile = profile
         return [sel.result_view(work) for sel, work in zip(sels, works, strict=True)]
+
+    def _run_batches(
+        self,
+        batches: Iterator[tuple[list[ChunkTask], Placement | None]],
+        n_tasks: int,
+        targets: Any,
+        profile: dict[str, float],
+        progress: Any,
+        on_damaged: str,
+    ) -> tuple[list[ChunkDecodeError], int]:
+        """Fetch, decode and place every batch; batch k+1 is fetched while batch k decodes.
+        ``targets(fetched, i)`` lists the (output, task) pairs chunk i of a batch feeds.
+        Returns the damaged chunks (with ``on_damaged="fill"``) and the number of batches."""
+        damaged: list[ChunkDecodeError] = []
+        n_batches = 0
+
+        def run(fetched: _Fetched) -> None:
+            nonlocal n_batches
+            n_batches += 1
+            damaged.extend(
+                self._decode_and_place(fetched, lambda i: targets(fetched, i), on_damaged)
+            )
+            if progress is not None:
+                progress.update(len(fetched.tasks))
+
+        first = next(batches, None)
+        if first is None:
+            return damaged, 0
+        if len(first[0]) == n_tasks:  # one batch: nothing to overlap
+            run(self._fetch(*first, profile))
+            return damaged, n_batches
+        with ThreadPoolExecutor(1, thread_name_prefix="linumpy-prefetch") as prefetch:
+            pending: Future | None = prefetch.submit(self._fetch, *first, profile)
+            try:
+                while pending is not None:
+                    t0 = time.perf_counter()
+                    fetched = pending.result()
+                    profile["wait_fetch"] += time.perf_counter() - t0
+                    pending = None
+                    nxt = next(batches, None)  # sized with what this batch taught
+                    if nxt is not None:
+                        pending = prefetch.submit(self._fetch, *nxt, profile)
+                    run(fetched)
+            finally:
+                if pending is not None:  # a failed read still gives its staging back
+                    with contextlib.suppress(Exception):
+                        left = pending.result()
+                        self.backend.release_staging(left.staging)
+                        self.backend.release_staging(left.host_staging)
+        return damaged, n_batches
 
     # -- stages ---------------------------------------------------------------------------
 
