@@ -262,9 +262,10 @@ def run_case(name: str, spec: dict, args: argparse.Namespace) -> list[dict]:
                 row["host_decoder"] = {
                     "threads": host.threads,
                     "bytes_per_s_per_thread": host.thread_rate,
-                    "chunks_per_batch": host.chunks_per_batch(
-                        int(np.prod(ref.chunks)) * ref.dtype.itemsize
-                    ),
+                    "nvcomp_batch_seconds": {
+                        f"{size} B x 2^{bucket - 1}+": seconds
+                        for (size, bucket), seconds in host.gpu_seconds.items()
+                    },
                 }
             row["pinned_cap_bytes"] = staging_pool().cap
         rows.append(row)

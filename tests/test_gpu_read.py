@@ -262,13 +262,19 @@ def test_small_reads_on_host_threads_large_ones_on_nvcomp(tmp_path, cp):
     reader = ChunkedArrayReader(arr, backend)
     full = arr[...]
     # what the rates would be measured as on the H200 host (the test controls them)
-    backend._host.thread_rate = 0.45e9
-    backend._host.gpu_seconds[32 * 64 * 64 * 2] = 0.035
-    assert backend._host.chunks_per_batch(32 * 64 * 64 * 2) == 120
+    nbytes = 32 * 64 * 64 * 2
+
+    def rates_as_on_the_h200_host():
+        backend._host.thread_rate = 0.45e9
+        backend._host.gpu_seconds.clear()
+        for n in (96, 256):
+            backend._host.gpu_seconds[(nbytes, n.bit_length())] = 0.035
+
+    rates_as_on_the_h200_host()
+    assert backend._host.host_seconds(nbytes, 96) < 0.035 < backend._host.host_seconds(nbytes, 256)
     np.testing.assert_array_equal(reader.read(()).get(), full)
     assert reader.last_profile["host_chunks"] == 0  # 256 chunks
-    backend._host.thread_rate = 0.45e9
-    backend._host.gpu_seconds[32 * 64 * 64 * 2] = 0.035
+    rates_as_on_the_h200_host()
     region = (slice(40, 100), slice(None, None, 3), slice(500, 3, -2))  # 3 x 4 x 8 chunks
     np.testing.assert_array_equal(reader.read(region).get(), full[region])
     assert reader.last_profile["host_chunks"] == reader.last_profile["chunks"] == 96

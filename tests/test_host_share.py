@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from linumpy_gpu.gpu.host_decode import HostDecoder
 
 MiB = 1 << 20
@@ -9,39 +11,58 @@ MiB = 1 << 20
 
 def test_no_threads_no_share():
     decoder = HostDecoder(0, 0)
-    assert decoder.chunks_per_batch(4 * MiB) == 0
+    assert decoder.host_seconds(4 * MiB, 3) == math.inf
     assert decoder.share_of_read(4 * MiB, 3) == 0
 
 
 def test_small_reads_go_to_the_host_entirely_large_ones_to_nvcomp():
     decoder = HostDecoder(0, 14)
     decoder.thread_rate = 0.45e9
-    decoder.gpu_seconds[4 * MiB] = 0.040
-    capacity = decoder.chunks_per_batch(4 * MiB)  # 14 threads x 0.45 GB/s x 40 ms / 4 MiB
-    assert capacity == int(14 * 0.45e9 * 0.040 / (4 * MiB)) == 60
-    assert decoder.share_of_read(4 * MiB, 27) == 27  # a 256^3 tile of 128^3 chunks
-    assert decoder.share_of_read(4 * MiB, 60) == 60
-    assert decoder.share_of_read(4 * MiB, 61) == 0
+    decoder.learn_gpu(4 * MiB, 1024, 0.040)  # whole-level batches seen: 40 ms each
+    for _ in range(30):
+        decoder.learn_gpu(4 * MiB, 1024, 0.040)
+    # a 256^3 tile of 128^3 chunks (27): 2 chunks per thread, 19 ms, against a batch's
+    # time guessed at one chunk per block (35 ms)
+    assert decoder.host_seconds(4 * MiB, 27) == 2 * 4 * MiB / 0.45e9
+    assert decoder.share_of_read(4 * MiB, 27) == 27
+    assert decoder.share_of_read(4 * MiB, 42) == 42  # 3 chunks per thread: 28 ms
+    assert decoder.share_of_read(4 * MiB, 57) == 0  # 5 per thread: 47 ms
     assert decoder.share_of_read(4 * MiB, 1024) == 0  # a whole level
     assert decoder.share_of_read(4 * MiB, 0) == 0
-    # smaller chunks decode sooner on nvCOMP too (one block per chunk): the threshold in
-    # chunks barely moves, and a 256^3 tile of 64^3 chunks (125) stays on nvCOMP
-    assert decoder.batch_seconds(512 << 10) == (512 << 10) / 120e6
-    assert decoder.chunks_per_batch(512 << 10) == 52
+
+
+def test_small_chunks_stay_on_nvcomp_where_its_batch_is_short():
+    """A 256^3 tile of 64^3 chunks (125 chunks of 512 KiB): nvCOMP's batch is short even
+    though whole-level batches of that chunk size took 40 ms; the host needs 9 chunks per
+    thread (10.5 ms)."""
+    decoder = HostDecoder(0, 14)
+    decoder.thread_rate = 0.45e9
+    for _ in range(30):
+        decoder.learn_gpu(512 << 10, 2048, 0.040)
+    assert decoder.batch_seconds(512 << 10, 125) == (512 << 10) / 120e6
     assert decoder.share_of_read(512 << 10, 125) == 0
+    assert decoder.share_of_read(512 << 10, 14) == 14  # one chunk per thread: 1.2 ms
 
 
-def test_every_thread_gets_a_chunk_even_for_huge_chunks():
-    decoder = HostDecoder(0, 4)
-    decoder.gpu_seconds[1 << 30] = 0.001  # however fast nvCOMP was measured to be
-    assert decoder.chunks_per_batch(1 << 30) == 4
+def test_measured_batches_bound_the_estimate_from_both_sides():
+    decoder = HostDecoder(0, 8)
+    prior = decoder.batch_seconds(4 * MiB, 100)
+    decoder.gpu_seconds[(4 * MiB, (20).bit_length())] = 0.050  # 20 chunks took 50 ms
+    assert decoder.batch_seconds(4 * MiB, 100) == 0.050 > prior  # more chunks: no faster
+    decoder.gpu_seconds[(4 * MiB, (2000).bit_length())] = 0.045  # noise: 2000 took 45 ms
+    assert decoder.batch_seconds(4 * MiB, 100) == 0.045
+    decoder.gpu_seconds.clear()
+    decoder.gpu_seconds[(4 * MiB, (2000).bit_length())] = 0.010  # a faster GPU
+    assert decoder.batch_seconds(4 * MiB, 100) == 0.010 < prior
 
 
 def test_measured_nvcomp_batches_move_the_threshold():
     decoder = HostDecoder(0, 8)
-    before = decoder.chunks_per_batch(4 * MiB)
+    decoder.thread_rate = 0.45e9
+    assert decoder.share_of_read(4 * MiB, 40) == 0  # 5 per thread: 47 ms against 35
     for _ in range(30):
-        decoder.learn_gpu(4 * MiB, 0.120)  # a slower GPU (or busier): the host takes more
-    assert decoder.batch_seconds(4 * MiB) > 0.11
-    assert decoder.chunks_per_batch(4 * MiB) > 2 * before
-    assert decoder.batch_seconds(64 << 10) == 0.002  # other sizes keep their estimate
+        decoder.learn_gpu(4 * MiB, 40, 0.120)  # a slower GPU (or busier): the host takes more
+    assert decoder.batch_seconds(4 * MiB, 40) > 0.11
+    assert decoder.batch_seconds(4 * MiB, 33) > 0.11  # same bucket (33-63 chunks)
+    assert decoder.share_of_read(4 * MiB, 40) == 40
+    assert decoder.batch_seconds(64 << 10, 40) == 0.002  # other sizes keep their estimate

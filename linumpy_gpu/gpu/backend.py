@@ -331,7 +331,7 @@ class GpuBackend(Backend):
                     frames[:split], fmt.nbytes, staging, targets[:split], workspace
                 )
                 if self._host is not None:
-                    self._host.learn_gpu(fmt.nbytes, time.perf_counter() - t0)
+                    self._host.learn_gpu(fmt.nbytes, split, time.perf_counter() - t0)
             elif staging is not None:
                 staging.release()
         finally:  # the workers write into this batch's memory: never leave them running

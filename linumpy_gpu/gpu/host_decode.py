@@ -15,6 +15,7 @@ and records an event the caller's stream waits on before placing the chunks.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -71,32 +72,49 @@ class HostDecoder:
         self._state = _WorkerState()
         self._lock = threading.Lock()
         self.thread_rate = INITIAL_THREAD_RATE  # decoded bytes per second per thread
-        self.gpu_seconds: dict[int, float] = {}  # chunk bytes -> one nvCOMP batch, measured
+        # (chunk bytes, batch size bucket) -> seconds of one nvCOMP batch, measured
+        self.gpu_seconds: dict[tuple[int, int], float] = {}
 
-    def chunks_per_batch(self, nbytes: int) -> int:
-        """Chunks of ``nbytes`` the pool decodes in the time of one nvCOMP batch (at least
-        one per thread), from the rates measured so far."""
+    def host_seconds(self, nbytes: int, n_chunks: int) -> float:
+        """How long the pool takes for ``n_chunks`` chunks of ``nbytes`` (each thread decodes
+        whole chunks, at the rate measured so far)."""
         if not self.threads:
-            return 0
-        rate = self.thread_rate * self.threads
-        return max(self.threads, int(rate * self.batch_seconds(nbytes) / max(1, nbytes)))
+            return math.inf
+        return -(-n_chunks // self.threads) * nbytes / self.thread_rate
 
-    def batch_seconds(self, nbytes: int) -> float:
-        """How long an nvCOMP batch of chunks of ``nbytes`` takes (measured, else the
-        one-block-per-chunk estimate)."""
-        guess = max(MIN_GPU_SECONDS, nbytes / NVCOMP_CHUNK_RATE)
-        return self.gpu_seconds.get(nbytes, guess)
+    def batch_seconds(self, nbytes: int, n_chunks: int) -> float:
+        """How long one nvCOMP batch of ``n_chunks`` chunks of ``nbytes`` takes: measured
+        for batches of about that many chunks, else the one-block-per-chunk estimate kept
+        between the times measured for fewer chunks and for more (a batch never gets
+        faster by growing)."""
+        bucket = _bucket(n_chunks)
+        with self._lock:
+            known = {b: s for (size, b), s in self.gpu_seconds.items() if size == nbytes}
+        if bucket in known:
+            return known[bucket]
+        estimate = max(MIN_GPU_SECONDS, nbytes / NVCOMP_CHUNK_RATE)
+        fewer = [s for b, s in known.items() if b < bucket]
+        more = [s for b, s in known.items() if b > bucket]
+        if fewer:
+            estimate = max(estimate, max(fewer))
+        if more:
+            estimate = min(estimate, min(more))
+        return estimate
 
     def share_of_read(self, nbytes: int, n_chunks: int) -> int:
         """How many of a read's ``n_chunks`` chunks go to the host: all of them when the
-        host finishes them before one nvCOMP batch would, else none."""
-        return n_chunks if 0 < n_chunks <= self.chunks_per_batch(nbytes) else 0
+        host finishes them sooner than nvCOMP's batch would, else none."""
+        if n_chunks <= 0 or not self.threads:
+            return 0
+        faster = self.host_seconds(nbytes, n_chunks) < self.batch_seconds(nbytes, n_chunks)
+        return n_chunks if faster else 0
 
-    def learn_gpu(self, nbytes: int, seconds: float) -> None:
-        """Record how long an nvCOMP batch of chunks of ``nbytes`` took."""
+    def learn_gpu(self, nbytes: int, n_chunks: int, seconds: float) -> None:
+        """Record how long an nvCOMP batch of ``n_chunks`` chunks of ``nbytes`` took."""
+        key = (nbytes, _bucket(n_chunks))
+        old = self.batch_seconds(nbytes, n_chunks)
         with self._lock:
-            old = self.batch_seconds(nbytes)
-            self.gpu_seconds[nbytes] = old + _SMOOTHING * (seconds - old)
+            self.gpu_seconds[key] = old + _SMOOTHING * (seconds - old)
 
     def submit(
         self, frames: Sequence[Any], nbytes: int, dests: np.ndarray, after: Any
@@ -172,6 +190,11 @@ class HostDecoder:
             event.record(st.stream)
             st.events[turn] = event
         return failures, event, seconds, len(frames) * nbytes
+
+
+def _bucket(n_chunks: int) -> int:
+    """Batch sizes within a factor of two of each other share a measured time."""
+    return max(1, n_chunks).bit_length()
 
 
 def _runs(dests: np.ndarray, stride: int, failures: dict[int, str]) -> list[tuple[int, int]]:
