@@ -77,3 +77,43 @@ def test_slow_storage_gets_more_requests_in_flight(shard, monkeypatch):
     assert not source.slow_storage
     source.fetch(requests)
     assert used[-1] < fetch.DISK_THREADS
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_whole_files_many_at_once(tmp_path, staged):
+    """Whole chunk files (the common case) land in the allocator's buffers, empty and
+    missing files included."""
+    rng = np.random.default_rng(3)
+    blobs = {
+        f"c/{i}": rng.integers(0, 256, int(rng.integers(0, 300_000)), np.uint8) for i in range(40)
+    }
+    blobs["c/0"] = np.zeros(0, np.uint8)
+    (tmp_path / "c").mkdir()
+    for key, blob in blobs.items():
+        (tmp_path / key).write_bytes(blob.tobytes())
+    handed_out = []
+
+    def allocate(n):
+        handed_out.append(memoryview(bytearray(n)))
+        return handed_out[-1]
+
+    keys = [*blobs, "c/absent", "c/0/below-a-file"]
+    got = LocalFileSource(tmp_path, threads=3).fetch(
+        [ByteRequest(k) for k in keys], allocate if staged else None, size_hint=150_000
+    )
+    for key, view in zip(keys, got, strict=True):
+        if key not in blobs:
+            assert view is None
+            continue
+        assert bytes(view) == blobs[key].tobytes()
+        if staged and len(view):
+            assert any(view.obj is h.obj for h in handed_out)
+
+
+def test_io_threads_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("LINUMPY_GPU_IO_THREADS", "5")
+    assert LocalFileSource(tmp_path).threads == 5
+    assert LocalFileSource(tmp_path, threads=2).threads == 2
+    monkeypatch.setenv("LINUMPY_GPU_IO_THREADS", "many")
+    with pytest.raises(ValueError, match="LINUMPY_GPU_IO_THREADS"):
+        LocalFileSource(tmp_path)

@@ -1,0 +1,116 @@
+"""Where a full-level read spends its time (a benchmark, not a test).
+
+    python benchmarks/probe_pipeline.py /tmp/bench/design-64.ome.zarr [--threads 2,4,8,16]
+        [--json out.json]
+
+For one OME-Zarr image (level 0), warm page cache:
+  * the full read with the fetch's thread count forced to each value, best of 3, with the
+    read's stage profile (how the fetch threads compete with the thread driving the GPU);
+  * the fetch alone: every batch the read would fetch, into the pinned staging ring,
+    nothing decoded;
+  * a cProfile of one default read (the calling thread: the Python work between GPU
+    launches), top functions by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import time
+
+
+def sync() -> None:
+    try:
+        import cupy
+
+        cupy.cuda.Device().synchronize()
+        cupy.get_default_memory_pool().free_all_blocks()
+    except Exception:  # no GPU: the CPU engine, useful to try this script anywhere
+        pass
+
+
+def best_read(level, repeat: int) -> tuple[float, dict]:
+    best, profile = float("inf"), {}
+    for _ in range(repeat):
+        sync()
+        t0 = time.perf_counter()
+        out = level[...]
+        sync()
+        dt = time.perf_counter() - t0
+        del out
+        if dt < best:
+            best, profile = dt, dict(level._reader.last_profile)
+    return best, profile
+
+
+def fetch_only(level) -> tuple[float, int]:
+    from linumpy_gpu.engine.plan import plan_chunks
+    from linumpy_gpu.engine.selection import normalize_selection
+
+    reader = level._reader
+    layout = reader.layout
+    sel = normalize_selection((), layout.shape)
+    tasks = list(plan_chunks(sel, layout.shape, layout.chunk_shape))
+    nbytes = sel.size * layout.dtype.itemsize
+    t0 = time.perf_counter()
+    stored = 0
+    for batch, placement in reader._batches(tasks, None, nbytes):
+        fetched = reader._fetch(batch, placement)
+        stored += sum(len(d) for d in fetched.data if d is not None)
+        reader.backend.release_staging(fetched.staging)
+        reader.backend.release_staging(fetched.host_staging)
+    return time.perf_counter() - t0, stored
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("path")
+    ap.add_argument("--threads", default="2,4,8,16")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+
+    import linumpy_gpu as lg
+
+    result: dict = {"path": args.path, "reads": {}}
+    level = lg.open_ome_zarr(args.path, device="auto")[0]
+    nbytes = level.nbytes
+    level[...]  # warm: page cache, kernels, staging ring
+    for threads in [None, *(int(t) for t in args.threads.split(","))]:
+        level._reader.source.threads = threads
+        seconds, profile = best_read(level, args.repeat)
+        name = "default" if threads is None else f"{threads} io threads"
+        result["reads"][name] = {"gbps": nbytes / seconds / 1e9, "profile": profile}
+        stages = ", ".join(
+            f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in profile.items()
+        )
+        print(f"read, {name}: {nbytes / seconds / 1e9:.2f} GB/s ({stages})", flush=True)
+    level._reader.source.threads = None
+    for threads in [None, *(int(t) for t in args.threads.split(","))]:
+        level._reader.source.threads = threads
+        seconds, stored = min(fetch_only(level) for _ in range(2))
+        name = "default" if threads is None else f"{threads} io threads"
+        result.setdefault("fetch_only", {})[name] = {"seconds": seconds, "stored_bytes": stored}
+        print(
+            f"fetch alone, {name}: {seconds:.3f} s, {stored / seconds / 1e9:.2f} GB/s compressed",
+            flush=True,
+        )
+    level._reader.source.threads = None
+    profiler = cProfile.Profile()
+    profiler.enable()
+    best_read(level, 1)
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
+    result["cprofile"] = text.getvalue()
+    print(text.getvalue())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2, default=str)
+
+
+if __name__ == "__main__":
+    main()
