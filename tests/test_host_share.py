@@ -66,3 +66,13 @@ def test_measured_nvcomp_batches_move_the_threshold():
     assert decoder.batch_seconds(4 * MiB, 33) > 0.11  # same bucket (33-63 chunks)
     assert decoder.share_of_read(4 * MiB, 40) == 40
     assert decoder.batch_seconds(64 << 10, 40) == 0.002  # other sizes keep their estimate
+
+
+def test_units_spread_over_every_thread():
+    """The model's rounds are the pool's: 125 chunks of 512 KiB on 14 threads go out as 25
+    units of 5 (two rounds, 10 chunks per busiest thread), not 16 units of 8 (16 chunks)."""
+    decoder = HostDecoder(0, 14)
+    decoder.thread_rate = 0.45e9
+    assert decoder.host_seconds(512 << 10, 125) == 10 * (512 << 10) / 0.45e9
+    assert decoder.host_seconds(4 * MiB, 14) == 4 * MiB / 0.45e9
+    assert decoder.host_seconds(64 << 10, 1000) == 72 * (64 << 10) / 0.45e9

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -73,3 +74,10 @@ def test_read_regions_over_many_prefetched_batches_equal_zarr(stored):
     assert reader.last_profile["batches"] > 1
     for result, region in zip(got, regions, strict=True):
         np.testing.assert_array_equal(result, full[region])
+
+
+def test_zero_dimensional_array(tmp_path):
+    arr = zarr.create_array(tmp_path / "scalar.zarr", shape=(), dtype="f4")
+    arr[...] = 3.5
+    got = ChunkedArrayReader(arr, CpuBackend()).read(())
+    assert got.shape == () and got == np.float32(3.5)

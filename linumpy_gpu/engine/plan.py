@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .selection import AxisSelection, Selection
 
 
-@dataclass(frozen=True)
-class ChunkTask:
+class ChunkTask(NamedTuple):
     """One chunk to read: its grid coordinates, the part of it wanted, and where it goes.
 
     ``chunk_region`` indexes the decoded chunk (steps allowed); ``out_region`` indexes the
     engine's output (contiguous slices). ``whole`` is true when every element of the chunk
-    that lies inside the array is wanted, in order, with step 1.
+    that lies inside the array is wanted, in order, with step 1. (A tuple: a full level
+    of small chunks plans tens of thousands, before the first byte is read.)
     """
 
     coords: tuple[int, ...]
@@ -52,13 +52,12 @@ def plan_chunks(
     per_axis = [
         axis_spans(sel, c, n) for sel, c, n in zip(selection.axes, chunk_shape, shape, strict=True)
     ]
+    if not per_axis:  # a 0-d array: one chunk
+        yield ChunkTask((), (), (), True)
+        return
     for combo in itertools.product(*per_axis):
-        yield ChunkTask(
-            coords=tuple(s[0] for s in combo),
-            chunk_region=tuple(s[1] for s in combo),
-            out_region=tuple(s[2] for s in combo),
-            whole=all(s[3] for s in combo),
-        )
+        coords, chunk_region, out_region, whole = zip(*combo, strict=True)
+        yield ChunkTask(coords, chunk_region, out_region, all(whole))
 
 
 def count_chunks(selection: Selection, shape: tuple[int, ...], chunk_shape: tuple[int, ...]) -> int:

@@ -80,7 +80,9 @@ class HostDecoder:
         whole chunks, at the rate measured so far)."""
         if not self.threads:
             return math.inf
-        return -(-n_chunks // self.threads) * nbytes / self.thread_rate
+        per_unit = _chunks_per_unit(n_chunks, nbytes, self.threads)
+        rounds = _ceil_div(_ceil_div(n_chunks, per_unit), self.threads)
+        return rounds * per_unit * nbytes / self.thread_rate
 
     def batch_seconds(self, nbytes: int, n_chunks: int) -> float:
         """How long one nvCOMP batch of ``n_chunks`` chunks of ``nbytes`` takes: measured
@@ -122,7 +124,7 @@ class HostDecoder:
         """Decode ``frames`` on the pool; frame i's ``nbytes`` go to device address
         ``dests[i]`` once the GPU work recorded in event ``after`` is done."""
         stride = -(-nbytes // 256) * 256
-        per_unit = max(1, UNIT_BYTES // stride)
+        per_unit = _chunks_per_unit(len(frames), nbytes, self.threads)
         firsts = list(range(0, len(frames), per_unit))
         futures = [
             self._pool.submit(
@@ -190,6 +192,20 @@ class HostDecoder:
             event.record(st.stream)
             st.events[turn] = event
         return failures, event, seconds, len(frames) * nbytes
+
+
+def _chunks_per_unit(n_chunks: int, nbytes: int, threads: int) -> int:
+    """Chunks per unit of work: at most UNIT_BYTES (a worker's buffer), and spread evenly so
+    that no round leaves threads idle (125 chunks of 512 KiB on 14 threads: 25 units of 5,
+    not 16 of 8)."""
+    threads = max(1, threads)
+    most = max(1, UNIT_BYTES // max(1, nbytes))
+    rounds = max(1, _ceil_div(n_chunks, threads * most))
+    return max(1, _ceil_div(n_chunks, threads * rounds))
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def _bucket(n_chunks: int) -> int:
