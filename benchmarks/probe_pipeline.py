@@ -1,13 +1,13 @@
 """Where a full-level read spends its time (a benchmark, not a test).
 
-    python benchmarks/probe_pipeline.py /tmp/bench/design-64.ome.zarr [--threads 2,4,8,16]
+    python benchmarks/probe_pipeline.py /tmp/bench/design-64.ome.zarr [--threads 4,16]
         [--json out.json]
 
 For one OME-Zarr image (level 0), warm page cache:
-  * the full read with the fetch's thread count forced to each value, best of 3, with the
-    read's stage profile (how the fetch threads compete with the thread driving the GPU);
-  * the fetch alone: every batch the read would fetch, into the pinned staging ring,
-    nothing decoded;
+  * per fetch variant (pread threads sized per read or forced to each count; kvikio's
+    pool at each count): the full read, best of 3, with its stage profile (how the fetch
+    competes with the thread driving the GPU), and the fetch alone (every batch the read
+    would fetch, into the pinned staging ring, nothing decoded);
   * a cProfile of one default read (the calling thread: the Python work between GPU
     launches), top functions by own time.
 """
@@ -20,6 +20,8 @@ import io
 import json
 import pstats
 import time
+from collections.abc import Callable
+from typing import Any
 
 
 def sync() -> None:
@@ -65,10 +67,36 @@ def fetch_only(level) -> tuple[float, int]:
     return time.perf_counter() - t0, stored
 
 
+def sources(root: str, threads: str) -> list[tuple[str, Callable[[], Any]]]:
+    """The fetch variants compared: pread threads (sized per read, or forced), kvikio's
+    pool at several sizes."""
+    from linumpy_gpu.engine.fetch import LocalFileSource
+
+    variants: list[tuple[str, Callable[[], Any]]] = [
+        ("pread, sized per read", lambda: LocalFileSource(root))
+    ]
+    counts = [int(t) for t in threads.split(",")]
+    variants += [(f"pread, {n} threads", lambda n=n: LocalFileSource(root, n)) for n in counts]
+    try:
+        import kvikio.defaults
+
+        from linumpy_gpu.gpu.kvikio_fetch import KvikioFileSource
+    except ImportError:
+        return variants
+
+    def kvikio_source(n: int) -> Any:
+        source = KvikioFileSource(root)
+        kvikio.defaults.set("num_threads", n)
+        return source
+
+    variants += [(f"kvikio, {n} threads", lambda n=n: kvikio_source(n)) for n in [*counts, 32]]
+    return variants
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("path")
-    ap.add_argument("--threads", default="2,4,8,16")
+    ap.add_argument("--threads", default="4,16")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -79,26 +107,24 @@ def main() -> None:
     level = lg.open_ome_zarr(args.path, device="auto")[0]
     nbytes = level.nbytes
     level[...]  # warm: page cache, kernels, staging ring
-    for threads in [None, *(int(t) for t in args.threads.split(","))]:
-        level._reader.source.threads = threads
+    default_source = level._reader.source
+    result["default_source"] = type(default_source).__name__
+    root = level._reader.array.store.root
+    for name, source in sources(root, args.threads):
+        level._reader.source = source()
         seconds, profile = best_read(level, args.repeat)
-        name = "default" if threads is None else f"{threads} io threads"
         result["reads"][name] = {"gbps": nbytes / seconds / 1e9, "profile": profile}
         stages = ", ".join(
             f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in profile.items()
         )
         print(f"read, {name}: {nbytes / seconds / 1e9:.2f} GB/s ({stages})", flush=True)
-    level._reader.source.threads = None
-    for threads in [None, *(int(t) for t in args.threads.split(","))]:
-        level._reader.source.threads = threads
         seconds, stored = min(fetch_only(level) for _ in range(2))
-        name = "default" if threads is None else f"{threads} io threads"
         result.setdefault("fetch_only", {})[name] = {"seconds": seconds, "stored_bytes": stored}
         print(
             f"fetch alone, {name}: {seconds:.3f} s, {stored / seconds / 1e9:.2f} GB/s compressed",
             flush=True,
         )
-    level._reader.source.threads = None
+    level._reader.source = default_source
     profiler = cProfile.Profile()
     profiler.enable()
     best_read(level, 1)

@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import ChunkDecodeError, OutputMismatchError
 from .assemble import chunk_array, place
 from .codecs import cpu_decode_bytes
+from .fetch import ByteSource
 from .layout import ChunkFormat
 
 EncodedChunk = tuple[str, memoryview]  # (key for messages, stored bytes)
@@ -58,6 +59,10 @@ class Backend:
 
     def staging_batch_bytes(self) -> int | None:
         """Most stored bytes one batch may stage (None: no staging bound)."""
+        return None
+
+    def byte_source(self, store: Any) -> ByteSource | None:
+        """A reader of ``store``'s bytes suited to this backend (None: the engine's own)."""
         return None
 
     def host_chunks(self, fmt: ChunkFormat, n_tasks: int) -> int:

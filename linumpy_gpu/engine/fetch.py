@@ -104,7 +104,7 @@ class LocalFileSource:
             return cls._pools[threads]
 
     def path_of(self, key: str) -> str:
-        return os.path.join(self.root, *key.split("/"))
+        return os.path.join(self.root, "") + (key if os.sep == "/" else key.replace("/", os.sep))
 
     def _read_file(
         self,
@@ -131,14 +131,7 @@ class LocalFileSource:
                         break
                     done += n
                 return [view[:done] if done < size else view]
-            spans = []
-            for r in requests:
-                if r.suffix is not None:
-                    start = max(0, size - r.suffix)
-                    spans.append((start, size))
-                else:
-                    end = size if r.length is None else min(size, r.offset + r.length)
-                    spans.append((min(r.offset, size), max(min(r.offset, size), end)))
+            spans = spans_in_file(requests, size)
             out: list[memoryview | None] = [None] * len(requests)
             order = sorted(range(len(requests)), key=lambda i: spans[i][0])
             run: list[int] = []
@@ -292,6 +285,19 @@ class LocalFileSource:
         finally:
             for fd in fds:
                 os.close(fd)
+
+
+def spans_in_file(requests: Sequence[ByteRequest], size: int) -> list[tuple[int, int]]:
+    """[start, end) of each request in a file of ``size`` bytes (clipped to the file)."""
+    spans = []
+    for r in requests:
+        if r.suffix is not None:
+            spans.append((max(0, size - r.suffix), size))
+        else:
+            start = min(r.offset, size)
+            end = size if r.length is None else min(size, r.offset + r.length)
+            spans.append((start, max(start, end)))
+    return spans
 
 
 def _long_runs(requests: Sequence[ByteRequest]) -> bool:

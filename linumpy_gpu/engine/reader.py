@@ -57,7 +57,7 @@ class ChunkedArrayReader:
         self.backend = backend
         self.name = name or str(array.store_path)
         self.layout: ArrayLayout = layout_of(array, self.name)
-        self.source = source or source_for(array.store)
+        self.source = source or backend.byte_source(array.store) or source_for(array.store)
         prefix = array.store_path.path
         self._prefix = f"{prefix}/" if prefix else ""
         # None: the backend picks per read (the GPU needs many chunks in flight)

@@ -13,10 +13,12 @@ import numpy as np
 
 from ..engine.backend import PLACED, Backend, CpuBackend, EncodedChunk
 from ..engine.codecs import ChecksumMismatch, crc32c_strip
+from ..engine.fetch import ByteSource
 from ..engine.layout import ChunkFormat
 from ..errors import ChunkDecodeError, DeviceMemoryError, OutputMismatchError
 from .host_decode import DEFAULT_THREADS, host_decoder
 from .kernels import kernel
+from .kvikio_fetch import KvikioFileSource, kvikio_available
 from .nvcomp_lib import zstd_api
 from .staging import staging_pool
 from .zstd_batch import (
@@ -97,6 +99,17 @@ class GpuBackend(Backend):
     def staging_batch_bytes(self) -> int:
         # Most of the ring: the next batch's reads start while this one's copy finishes.
         return staging_pool().cap * 3 // 4
+
+    def byte_source(self, store: Any) -> ByteSource | None:
+        """Local files through kvikio's thread pool (``LINUMPY_GPU_FETCH=pread``: Python
+        threads, the engine's own reader)."""
+        choice = os.environ.get("LINUMPY_GPU_FETCH", "kvikio")
+        if choice not in ("kvikio", "pread"):
+            raise ValueError(f"LINUMPY_GPU_FETCH must be 'kvikio' or 'pread', got {choice!r}")
+        root = getattr(store, "root", None)
+        if choice == "pread" or type(store).__name__ != "LocalStore" or root is None:
+            return None
+        return KvikioFileSource(root) if kvikio_available() else None
 
     def host_chunks(self, fmt: ChunkFormat, n_tasks: int) -> int:
         if self._host is None or not gpu_decodable(fmt):

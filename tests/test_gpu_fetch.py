@@ -1,0 +1,90 @@
+"""kvikio's thread pool reads the same bytes as the engine's pread threads (GPU host only:
+kvikio needs the CUDA driver even for host reads)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import zarr
+
+from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource
+
+from .writers import volume, write_zarr_variant
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def files(tmp_path):
+    rng = np.random.default_rng(4)
+    blobs = {
+        f"c/{i}": rng.integers(0, 256, int(rng.integers(1, 400_000)), np.uint8).tobytes()
+        for i in range(300)  # more than kvikio_fetch.OPEN_FILES at once
+    }
+    blobs["c/empty"] = b""
+    (tmp_path / "c").mkdir()
+    for key, blob in blobs.items():
+        (tmp_path / key).write_bytes(blob)
+    return tmp_path, blobs
+
+
+def _requests(blobs):
+    requests = [ByteRequest(k) for k in blobs]
+    requests += [ByteRequest("c/3", 10, 1000), ByteRequest("c/3", 1010, 50)]  # end to end
+    requests += [ByteRequest("c/5", len(blobs["c/5"]) - 7, 100)]  # past the end
+    requests += [ByteRequest("c/6", suffix=16), ByteRequest("c/7", offset=5)]
+    requests += [ByteRequest("c/absent"), ByteRequest("c/0/below-a-file", 0, 8)]
+    return requests
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_kvikio_source_equals_pread_source(files, staged):
+    from linumpy_gpu.gpu.kvikio_fetch import KvikioFileSource
+
+    root, blobs = files
+    requests = _requests(blobs)
+    handed_out = []
+
+    def allocate(n):
+        handed_out.append(memoryview(bytearray(n)))
+        return handed_out[-1]
+
+    got = KvikioFileSource(root).fetch(requests, allocate if staged else None)
+    expected = LocalFileSource(root).fetch(requests)
+    assert len(got) == len(expected)
+    for r, a, b in zip(requests, got, expected, strict=True):
+        assert (a is None) == (b is None), r
+        if a is not None:
+            assert bytes(a) == bytes(b), r
+    if staged:
+        assert len(handed_out) >= len(blobs) - 1  # every non-empty read went to the allocator
+
+
+def test_unreadable_file_names_the_file(files):
+    from linumpy_gpu.gpu.kvikio_fetch import KvikioFileSource
+
+    root, _ = files
+    (root / "c" / "dir").mkdir()
+    with pytest.raises(OSError, match="c/dir"):
+        KvikioFileSource(root).fetch([ByteRequest("c/dir")])
+
+
+def test_images_read_through_kvikio_by_default_pread_on_request(tmp_path, monkeypatch):
+    from linumpy_gpu.gpu.kvikio_fetch import KvikioFileSource
+
+    data = volume(shape=(40, 64, 64))
+    write_zarr_variant(tmp_path / "a.zarr", "v3-sharded-zstd", data, missing_fraction=0.2)
+    arr = zarr.open_array(str(tmp_path / "a.zarr"))
+    from linumpy_gpu.engine import ChunkedArrayReader
+    from linumpy_gpu.gpu.backend import GpuBackend
+
+    reader = ChunkedArrayReader(arr, GpuBackend())
+    assert type(reader.source) is KvikioFileSource
+    np.testing.assert_array_equal(reader.read(()).get(), arr[...])
+    monkeypatch.setenv("LINUMPY_GPU_FETCH", "pread")
+    reader = ChunkedArrayReader(arr, GpuBackend())
+    assert type(reader.source) is LocalFileSource
+    np.testing.assert_array_equal(reader.read(()).get(), arr[...])
+    monkeypatch.setenv("LINUMPY_GPU_FETCH", "fast")
+    with pytest.raises(ValueError, match="LINUMPY_GPU_FETCH"):
+        ChunkedArrayReader(arr, GpuBackend())
