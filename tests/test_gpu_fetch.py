@@ -37,8 +37,10 @@ def _requests(blobs):
     return requests
 
 
+@pytest.mark.parametrize("slow_storage", [False, True])
 @pytest.mark.parametrize("staged", [False, True])
-def test_kvikio_source_equals_pread_source(files, staged):
+def test_kvikio_source_equals_pread_source(files, staged, slow_storage):
+    """Page cache (few reads in flight) and slow storage (many) alike."""
     from linumpy_gpu.gpu.kvikio_fetch import KvikioFileSource
 
     root, blobs = files
@@ -49,7 +51,9 @@ def test_kvikio_source_equals_pread_source(files, staged):
         handed_out.append(memoryview(bytearray(n)))
         return handed_out[-1]
 
-    got = KvikioFileSource(root).fetch(requests, allocate if staged else None)
+    source = KvikioFileSource(root)
+    source.slow_storage = slow_storage
+    got = source.fetch(requests, allocate if staged else None)
     expected = LocalFileSource(root).fetch(requests)
     assert len(got) == len(expected)
     for r, a, b in zip(requests, got, expected, strict=True):

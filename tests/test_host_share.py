@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from linumpy_gpu.gpu.host_decode import HostDecoder
 
 MiB = 1 << 20
@@ -76,3 +78,21 @@ def test_units_spread_over_every_thread():
     assert decoder.host_seconds(512 << 10, 125) == 10 * (512 << 10) / 0.45e9
     assert decoder.host_seconds(4 * MiB, 14) == 4 * MiB / 0.45e9
     assert decoder.host_seconds(64 << 10, 1000) == 72 * (64 << 10) / 0.45e9
+
+
+def test_measured_pool_times_replace_the_model():
+    """The pool's own wall time (thread wake-ups, copies, GIL) is learned like nvCOMP's: a
+    read the model sends to the host but the host turns out slower on goes back to nvCOMP."""
+    import time
+
+    decoder = HostDecoder(0, 14)
+    decoder.thread_rate = 0.45e9
+    decoder.gpu_seconds[(4 * MiB, (27).bit_length())] = 0.030
+    assert decoder.share_of_read(4 * MiB, 27) == 27  # model: 19 ms
+    units = decoder.submit([], 4 * MiB, np.zeros(0, np.uint64), None)
+    units.count, units.started = 27, time.perf_counter() - 0.060  # the pool took 60 ms
+    for _ in range(10):
+        decoder.wait(units, stream=None)
+    assert decoder.host_seconds(4 * MiB, 27) > 0.050
+    assert decoder.share_of_read(4 * MiB, 27) == 0
+    assert decoder.host_seconds(4 * MiB, 100) == 8 * 4 * MiB / 0.45e9  # other sizes: model

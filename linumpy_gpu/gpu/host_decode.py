@@ -47,6 +47,8 @@ class HostUnits:
     futures: list[Future]
     first: list[int]  # index of each unit's first chunk
     count: int
+    nbytes: int = 0  # decoded bytes per chunk
+    started: float = 0.0  # perf_counter() at submission
     failures: dict[int, str] = field(default_factory=dict)
 
 
@@ -72,14 +74,21 @@ class HostDecoder:
         self._state = _WorkerState()
         self._lock = threading.Lock()
         self.thread_rate = INITIAL_THREAD_RATE  # decoded bytes per second per thread
-        # (chunk bytes, batch size bucket) -> seconds of one nvCOMP batch, measured
+        # (chunk bytes, batch size bucket) -> seconds of one nvCOMP batch / of the pool for
+        # that many chunks, submission to last copy queued; measured
         self.gpu_seconds: dict[tuple[int, int], float] = {}
+        self.pool_seconds: dict[tuple[int, int], float] = {}
 
     def host_seconds(self, nbytes: int, n_chunks: int) -> float:
-        """How long the pool takes for ``n_chunks`` chunks of ``nbytes`` (each thread decodes
-        whole chunks, at the rate measured so far)."""
+        """How long the pool takes for ``n_chunks`` chunks of ``nbytes``: measured for about
+        that many chunks, else from the rate per thread measured so far (each thread decodes
+        whole chunks, in units of at most UNIT_BYTES)."""
         if not self.threads:
             return math.inf
+        with self._lock:
+            measured = self.pool_seconds.get((nbytes, _bucket(n_chunks)))
+        if measured is not None:
+            return measured
         per_unit = _chunks_per_unit(n_chunks, nbytes, self.threads)
         rounds = _ceil_div(_ceil_div(n_chunks, per_unit), self.threads)
         return rounds * per_unit * nbytes / self.thread_rate
@@ -123,6 +132,7 @@ class HostDecoder:
     ) -> HostUnits:
         """Decode ``frames`` on the pool; frame i's ``nbytes`` go to device address
         ``dests[i]`` once the GPU work recorded in event ``after`` is done."""
+        started = time.perf_counter()
         stride = -(-nbytes // 256) * 256
         per_unit = _chunks_per_unit(len(frames), nbytes, self.threads)
         firsts = list(range(0, len(frames), per_unit))
@@ -132,7 +142,7 @@ class HostDecoder:
             )
             for a in firsts
         ]
-        return HostUnits(futures, firsts, len(frames))
+        return HostUnits(futures, firsts, len(frames), nbytes, started)
 
     def wait(self, units: HostUnits, stream: Any) -> dict[int, str]:
         """Wait for the units; ``stream`` waits (on the GPU) for their copies. Returns the
@@ -145,9 +155,14 @@ class HostDecoder:
             busy += seconds
             for j, reason in failures.items():
                 units.failures[first + j] = reason
-        if busy > 0 and decoded >= 4 * UNIT_BYTES:
-            with self._lock:
+        old = self.host_seconds(units.nbytes, units.count)
+        with self._lock:
+            if busy > 0 and decoded >= 4 * UNIT_BYTES:
                 self.thread_rate += _SMOOTHING * (decoded / busy - self.thread_rate)
+            if units.nbytes:
+                elapsed = time.perf_counter() - units.started
+                key = (units.nbytes, _bucket(units.count))
+                self.pool_seconds[key] = old + _SMOOTHING * (elapsed - old)
         return units.failures
 
     # -- worker side --------------------------------------------------------------------
