@@ -60,8 +60,16 @@ def _configure_pool() -> None:
             return
         import kvikio.defaults
 
-        if "KVIKIO_NTHREADS" not in os.environ and kvikio.defaults.get("num_threads") < 2:
-            kvikio.defaults.set("num_threads", KVIKIO_THREADS)
+        if hasattr(kvikio.defaults, "set"):  # kvikio >= 25.02
+            current = kvikio.defaults.get("num_threads")
+
+            def resize(n: int) -> None:
+                kvikio.defaults.set("num_threads", n)
+        else:
+            current = kvikio.defaults.get_num_threads()
+            resize = kvikio.defaults.num_threads_reset
+        if "KVIKIO_NTHREADS" not in os.environ and current < 2:
+            resize(KVIKIO_THREADS)
         _configured = True
 
 
@@ -96,7 +104,7 @@ class KvikioFileSource(LocalFileSource):
                 path = self.path_of(key)
                 try:
                     handle = kvikio.CuFile(path, "r")
-                except RuntimeError as exc:
+                except (RuntimeError, OSError) as exc:  # kvikio raises RuntimeError
                     if not os.path.isfile(path):  # a missing chunk: the fill value
                         continue
                     raise OSError(f"could not open {path}: {exc}") from None
