@@ -224,7 +224,9 @@ def run_case(name: str, spec: dict, args: argparse.Namespace) -> list[dict]:
     )
     rows = []
     readers = {**peer_readers(array_path, raw_path, args.peers), **our_readers(path, array_path)}
-    expected = ref[...]
+    if args.cold_only:
+        readers = {}
+    expected = ref[...] if readers else None
     for reader_name, fn in readers.items():
         try:
             got = fn()
@@ -271,7 +273,7 @@ def run_case(name: str, spec: dict, args: argparse.Namespace) -> list[dict]:
         rows.append(row)
         print(f"  {reader_name}: {row['gbps']:.2f} GB/s", flush=True)
     cupy.get_default_memory_pool().free_all_blocks()
-    if args.tiles:
+    if args.tiles and not args.cold_only:
         level = lg.open_ome_zarr_gpu(path)[0]
         rate, profile = tile_rate(level, args.tiles)
         rows.append(
@@ -307,7 +309,7 @@ def run_case(name: str, spec: dict, args: argparse.Namespace) -> list[dict]:
                 "gbps": rate,
             }
         )
-    if args.cold and drop_caches():
+    if (args.cold or args.cold_only) and drop_caches():
         raw = raw_read_rate(array_path)
         drop_caches()
         level = lg.open_ome_zarr_gpu(path)[0]
@@ -368,6 +370,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tiles", type=int, default=0)
     ap.add_argument("--cold", action="store_true")
+    ap.add_argument(
+        "--cold-only",
+        action="store_true",
+        help="only the cold-cache read against the raw disk rate",
+    )
     ap.add_argument("--json")
     args = ap.parse_args()
     from linumpy_gpu.gpu import info
