@@ -25,17 +25,15 @@ from ..engine.fetch import (
     ByteRequest,
     LocalFileSource,
     spans_in_file,
-    threads_for,
 )
 
 # Files open at once (kvikio opens each twice, with and without O_DIRECT): well under the
 # usual limit of 1024 descriptors.
 OPEN_FILES = 128
 # Reads in flight on the page cache: each is a memory copy, and more at once only compete
-# for cores with the thread driving the GPU (H200 host, a 64^3 level of 330 KB files:
-# kvikio's pool with 4 threads 9.2 GB/s, with 32 threads 7.4); larger files want more
-# (threads_for, as the pread source). Storage slower than that per read (measured as the
-# pread source does) gets as many reads in flight as there are open files.
+# for cores with the thread driving the GPU (H200 host, a 64^3 level: kvikio's pool with 4
+# threads 9.2 GB/s, with 32 threads 7.4). Storage slower than that per read (measured as
+# the pread source does) gets as many reads in flight as there are open files.
 WARM_READS = 8
 # kvikio's pool size when the user has not chosen one (KVIKIO_NTHREADS): as many reads in
 # flight as a disk wants; on the page cache extra threads cost nothing here (no GIL).
@@ -98,8 +96,7 @@ class KvikioFileSource(LocalFileSource):
         in_flight: deque[tuple[str, Any, list[tuple[int, memoryview, Any]]]] = deque()
         self._fetches += 1
         probing = not self.slow_storage or self._fetches % REPROBE == 0
-        warm = max(WARM_READS, threads_for(size_hint))
-        limit = warm if probing else OPEN_FILES
+        limit = WARM_READS if probing else OPEN_FILES
         outstanding = 0
         t0 = time.perf_counter()
         try:
@@ -136,7 +133,7 @@ class KvikioFileSource(LocalFileSource):
         if probing:
             nbytes = sum(len(v) for v in out if v is not None)
             if nbytes >= 8 << 20:
-                rate = nbytes / max(time.perf_counter() - t0, 1e-9) / warm
+                rate = nbytes / max(time.perf_counter() - t0, 1e-9) / WARM_READS
                 self.slow_storage = rate < SLOW_THREAD_RATE
         return out
 
