@@ -1,0 +1,204 @@
+"""The kvikio fetch's own logic (which reads go in flight, in what order they are collected,
+what happens when one fails), against a stand-in for kvikio that reads with a thread pool:
+kvikio itself needs the CUDA driver even for host reads (tests/test_gpu_fetch.py runs the
+real one on the GPU host)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import types
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import linumpy_gpu.gpu.kvikio_fetch as kvikio_fetch
+from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource
+
+
+class FakeKvikio:
+    """kvikio's CuFile / IOFuture / defaults as far as the fetch uses them, with the same
+    failure modes: a missing file raises RuntimeError, a read that meets the end of the
+    file early raises at ``get()``."""
+
+    def __init__(self, fail_on: str | None = None):
+        self.pool = ThreadPoolExecutor(6)
+        self.lock = threading.Lock()
+        self.open_now = 0
+        self.most_open = 0
+        self.futures: list = []
+        self.handles: list = []
+        self.threads = 1
+        self.fail_on = fail_on
+        fake = self
+
+        class IOFuture:
+            def __init__(self, future):
+                self._future = future
+
+            def get(self) -> int:
+                return self._future.result()
+
+        class CuFile:
+            def __init__(self, path, flags="r"):
+                try:
+                    self._fd = os.open(path, os.O_RDONLY)
+                except OSError as exc:
+                    raise RuntimeError(f"KvikIO failure: {exc}") from None
+                self.path = str(path)
+                self.closed = False
+                with fake.lock:
+                    fake.open_now += 1
+                    fake.most_open = max(fake.most_open, fake.open_now)
+                    fake.handles.append(self)
+
+            def fileno(self) -> int:
+                return self._fd
+
+            def pread(self, buf, size, file_offset=0):
+                view = memoryview(buf).cast("B")[:size]
+
+                def read() -> int:
+                    if fake.fail_on and self.path.endswith(fake.fail_on):
+                        raise RuntimeError("posix_host_read: EOF")
+                    done = os.preadv(self._fd, [view], file_offset)
+                    if done != size:
+                        raise RuntimeError("posix_host_read: EOF")
+                    return done
+
+                future = fake.pool.submit(read)
+                fake.futures.append(future)
+                return IOFuture(future)
+
+            def close(self) -> None:
+                if not self.closed:
+                    os.close(self._fd)
+                    self.closed = True
+                    with fake.lock:
+                        fake.open_now -= 1
+
+        self.module = types.ModuleType("kvikio")
+        self.module.CuFile = CuFile
+        defaults = types.ModuleType("kvikio.defaults")
+        defaults.get = lambda key: fake.threads
+        defaults.set = lambda key, value: setattr(fake, "threads", value)
+        self.module.defaults = defaults
+
+
+@pytest.fixture
+def fake_kvikio(monkeypatch):
+    def install(fail_on: str | None = None) -> FakeKvikio:
+        fake = FakeKvikio(fail_on)
+        monkeypatch.setitem(sys.modules, "kvikio", fake.module)
+        monkeypatch.setitem(sys.modules, "kvikio.defaults", fake.module.defaults)
+        monkeypatch.setattr(kvikio_fetch, "_configured", False)
+        monkeypatch.delenv("KVIKIO_NTHREADS", raising=False)
+        return fake
+
+    return install
+
+
+@pytest.fixture
+def files(tmp_path):
+    rng = np.random.default_rng(8)
+    blobs = {
+        f"c/{i}": rng.integers(0, 256, int(rng.integers(1, 60_000)), np.uint8).tobytes()
+        for i in range(200)
+    }
+    blobs["c/empty"] = b""
+    (tmp_path / "c").mkdir()
+    for key, blob in blobs.items():
+        (tmp_path / key).write_bytes(blob)
+    return tmp_path, blobs
+
+
+def _requests(blobs):
+    requests = [ByteRequest(k) for k in blobs]
+    requests += [ByteRequest("c/3", 10, 1000), ByteRequest("c/3", 1010, 50)]
+    requests += [ByteRequest("c/5", len(blobs["c/5"]) - 7, 100)]  # runs past the end
+    requests += [ByteRequest("c/6", suffix=16), ByteRequest("c/7", offset=5)]
+    requests += [ByteRequest("c/absent"), ByteRequest("c/0/below-a-file", 0, 8)]
+    return requests
+
+
+@pytest.mark.parametrize("slow_storage", [False, True])
+@pytest.mark.parametrize("staged", [False, True])
+def test_same_bytes_as_the_pread_source(fake_kvikio, files, staged, slow_storage):
+    fake = fake_kvikio()
+    root, blobs = files
+    requests = _requests(blobs)
+    handed_out = []
+
+    def allocate(n):
+        handed_out.append(memoryview(bytearray(n)))
+        return handed_out[-1]
+
+    source = kvikio_fetch.KvikioFileSource(root)
+    source.slow_storage = slow_storage
+    got = source.fetch(requests, allocate if staged else None)
+    expected = LocalFileSource(root).fetch(requests)
+    for r, a, b in zip(requests, got, expected, strict=True):
+        assert (a is None) == (b is None), r
+        if a is not None:
+            assert bytes(a) == bytes(b), r
+    if staged:
+        assert all(any(v.obj is h.obj for h in handed_out) for v in got if v is not None and len(v))
+    assert fake.open_now == 0 and all(h.closed for h in fake.handles)
+    limit = kvikio_fetch.OPEN_FILES if slow_storage else kvikio_fetch.WARM_READS
+    assert fake.most_open <= limit + 1  # reads in flight bound the open files
+    if slow_storage:
+        assert fake.most_open > kvikio_fetch.WARM_READS + 1
+
+
+def test_a_failed_read_names_its_file_after_every_read_finished(fake_kvikio, files):
+    fake = fake_kvikio(fail_on="c/17")
+    root, blobs = files
+    with pytest.raises(OSError, match="c/17") as info:
+        kvikio_fetch.KvikioFileSource(root).fetch([ByteRequest(k) for k in blobs])
+    assert "EOF" in str(info.value)
+    # nothing kvikio was given is still writing into the caller's buffers, no file is open
+    assert all(f.done() for f in fake.futures)
+    assert fake.open_now == 0
+
+
+def test_pool_sized_unless_the_user_chose(fake_kvikio, tmp_path, monkeypatch):
+    fake = fake_kvikio()
+    kvikio_fetch.KvikioFileSource(tmp_path)
+    assert fake.threads == kvikio_fetch.KVIKIO_THREADS
+    fake = fake_kvikio()
+    monkeypatch.setenv("KVIKIO_NTHREADS", "3")
+    fake.threads = 3
+    kvikio_fetch.KvikioFileSource(tmp_path)
+    assert fake.threads == 3
+
+
+def test_slow_storage_is_measured(fake_kvikio, files, monkeypatch):
+    """A fetch slower per read than the page cache switches to many reads in flight; every
+    REPROBE-th fetch measures again with few."""
+    fake_kvikio()
+    root, blobs = files
+    requests = [ByteRequest(k) for k in blobs] * 2  # enough bytes (8 MiB) to measure
+    assert 2 * sum(len(b) for b in blobs.values()) >= 8 << 20
+    source = kvikio_fetch.KvikioFileSource(root)
+    monkeypatch.setattr(kvikio_fetch, "SLOW_THREAD_RATE", float("inf"))  # nothing is fast
+    monkeypatch.setattr(kvikio_fetch, "time", _Clock(seconds_per_call=1.0))
+    source.fetch(requests)
+    assert source.slow_storage
+    monkeypatch.setattr(kvikio_fetch, "SLOW_THREAD_RATE", 0.0)  # everything is fast
+    for _ in range(kvikio_fetch.REPROBE):
+        source.fetch(requests)
+    assert not source.slow_storage
+
+
+class _Clock:
+    """A stand-in for the time module whose clock advances a fixed step per reading."""
+
+    def __init__(self, seconds_per_call: float):
+        self.now = 0.0
+        self.step = seconds_per_call
+
+    def perf_counter(self) -> float:
+        self.now += self.step
+        return self.now
