@@ -30,6 +30,20 @@ def main(path: Path) -> None:
     # walk the volume in 32-slice slabs, as a reconstruction pipeline would
     means = [float(level[z : z + 32].mean()) for z in range(0, level.shape[0], 32)]
     print("slab means:", np.round(means, 1))
+    # many small tiles at once: every chunk they touch is fetched and decoded once, in
+    # shared batches (much faster than one read per tile on the GPU)
+    rng = np.random.default_rng(0)
+    size = [min(32, n) for n in level.shape]
+    tiles = [
+        tuple(
+            slice(a, a + s)
+            for a, s in zip(rng.integers(0, np.subtract(level.shape, size) + 1), size, strict=True)
+        )
+        for _ in range(8)
+    ]
+    got = level.read_regions(tiles)
+    same = all(bool((g == level[t]).all()) for g, t in zip(got, tiles, strict=True))
+    print(f"{len(tiles)} tiles of {size} with read_regions: equal to one-by-one reads: {same}")
     lazy = level.to_dask()
     print("dask max:", int(lazy.max().compute()))
     print("voxel size:", dict(zip(img.axis_names, img.scale(0), strict=True)), img.axes[0].unit)
