@@ -50,6 +50,7 @@ class ScribblingBackend(CpuBackend):
         self.lent: list[tuple[int, int]] = []
         self.in_place = 0
         self.host_decoded = 0
+        self.spares: set[int] = set()
 
     def batch_bytes(self, read_nbytes):
         return 1 << 40
@@ -79,6 +80,11 @@ class ScribblingBackend(CpuBackend):
             # host chunks are read after the staged bytes go to the device: never staged
             assert staging.holds(data) != (i >= host_from), (i, host_from)
         self.host_decoded += placement.host
+        if placement.buffer is None:  # no output geometry (read_regions): the spare only
+            if placement.spare is not None:
+                self.spares.add(id(placement.spare))
+                placement.spare[...] = 0xAB  # the decoder's workspace, scribbled on
+            return decoded
         # the GPU backend carves host slots first, then the device decoder's buffers
         order = list(range(host_from, len(chunks))) + list(range(host_from))
         flat = placement.buffer.reshape(-1).view(np.uint8)
@@ -206,3 +212,22 @@ def test_geometry_marks_only_contiguous_whole_chunks():
     assert (output_geometry(tasks, work, (2, 5, 6), 2, True).direct < 0).all()
     # a strided output view is never borrowed
     assert output_geometry(tasks, work[:, :, ::2], (2, 5, 6), 2, True) is None
+
+
+@pytest.mark.parametrize("host", [0, 2])
+def test_read_regions_share_batches_and_one_spare_buffer(tmp_path, host):
+    """Tiles read together go through the same pipeline as full reads: batches within the
+    budget, fetched ahead, host chunks staged apart, one scratch buffer for the whole call."""
+    arr, data = _array(tmp_path, (37, 61, 45), (8, 16, 16))
+    backend = ScribblingBackend(20_000, host=host)
+    reader = ChunkedArrayReader(arr, backend)
+    rng = np.random.default_rng(3)
+    regions = [tuple(slice(int(a), int(a) + 12) for a in rng.integers(0, 25, 3)) for _ in range(9)]
+    regions.append((slice(None, None, -4), 7, slice(2, 40, 3)))
+    got = reader.read_regions(regions)
+    for result, region in zip(got, regions, strict=True):
+        np.testing.assert_array_equal(result, data[region])
+    assert reader.last_profile["batches"] > 1
+    assert len(backend.spares) == 1
+    if host:
+        assert backend.host_decoded > 0
