@@ -9,6 +9,7 @@ import zarr
 
 from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource
 
+from .fetch_cases import mixed_requests, write_chunk_files
 from .writers import volume, write_zarr_variant
 
 pytestmark = pytest.mark.gpu
@@ -16,25 +17,9 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture
 def files(tmp_path):
-    rng = np.random.default_rng(4)
-    blobs = {
-        f"c/{i}": rng.integers(0, 256, int(rng.integers(1, 400_000)), np.uint8).tobytes()
-        for i in range(300)  # more than kvikio_fetch.OPEN_FILES at once
-    }
-    blobs["c/empty"] = b""
-    (tmp_path / "c").mkdir()
-    for key, blob in blobs.items():
-        (tmp_path / key).write_bytes(blob)
-    return tmp_path, blobs
-
-
-def _requests(blobs):
-    requests = [ByteRequest(k) for k in blobs]
-    requests += [ByteRequest("c/3", 10, 1000), ByteRequest("c/3", 1010, 50)]  # end to end
-    requests += [ByteRequest("c/5", len(blobs["c/5"]) - 7, 100)]  # past the end
-    requests += [ByteRequest("c/6", suffix=16), ByteRequest("c/7", offset=5)]
-    requests += [ByteRequest("c/absent"), ByteRequest("c/0/below-a-file", 0, 8)]
-    return requests
+    return tmp_path, write_chunk_files(
+        tmp_path, 300, 400_000, seed=4
+    )  # more than kvikio_fetch.OPEN_FILES at once
 
 
 @pytest.mark.parametrize("slow_storage", [False, True])
@@ -44,7 +29,7 @@ def test_kvikio_source_equals_pread_source(files, staged, slow_storage):
     from linumpy_gpu.gpu.kvikio_fetch import KvikioFileSource
 
     root, blobs = files
-    requests = _requests(blobs)
+    requests = mixed_requests(blobs)
     handed_out = []
 
     def allocate(n):

@@ -11,11 +11,12 @@ import threading
 import types
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pytest
 
 import linumpy_gpu.gpu.kvikio_fetch as kvikio_fetch
 from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource
+
+from .fetch_cases import mixed_requests, write_chunk_files
 
 
 class FakeKvikio:
@@ -102,25 +103,7 @@ def fake_kvikio(monkeypatch):
 
 @pytest.fixture
 def files(tmp_path):
-    rng = np.random.default_rng(8)
-    blobs = {
-        f"c/{i}": rng.integers(0, 256, int(rng.integers(1, 60_000)), np.uint8).tobytes()
-        for i in range(200)
-    }
-    blobs["c/empty"] = b""
-    (tmp_path / "c").mkdir()
-    for key, blob in blobs.items():
-        (tmp_path / key).write_bytes(blob)
-    return tmp_path, blobs
-
-
-def _requests(blobs):
-    requests = [ByteRequest(k) for k in blobs]
-    requests += [ByteRequest("c/3", 10, 1000), ByteRequest("c/3", 1010, 50)]
-    requests += [ByteRequest("c/5", len(blobs["c/5"]) - 7, 100)]  # runs past the end
-    requests += [ByteRequest("c/6", suffix=16), ByteRequest("c/7", offset=5)]
-    requests += [ByteRequest("c/absent"), ByteRequest("c/0/below-a-file", 0, 8)]
-    return requests
+    return tmp_path, write_chunk_files(tmp_path, 200, 60_000, seed=8)
 
 
 @pytest.mark.parametrize("slow_storage", [False, True])
@@ -128,7 +111,7 @@ def _requests(blobs):
 def test_same_bytes_as_the_pread_source(fake_kvikio, files, staged, slow_storage):
     fake = fake_kvikio()
     root, blobs = files
-    requests = _requests(blobs)
+    requests = mixed_requests(blobs)
     handed_out = []
 
     def allocate(n):
