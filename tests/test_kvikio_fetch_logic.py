@@ -135,6 +135,24 @@ def test_same_bytes_as_the_pread_source(fake_kvikio, files, staged, slow_storage
         assert fake.most_open > kvikio_fetch.WARM_READS + 1
 
 
+@pytest.mark.parametrize("read_bytes", [60_000, 6 << 20])
+def test_slow_storage_bounds_the_bytes_in_flight(fake_kvikio, files, read_bytes, monkeypatch):
+    """On slow storage, small reads go many at a time, large ones (per the size hint) only
+    as many as SLOW_BYTES_IN_FLIGHT holds (never fewer than on the page cache)."""
+    fake = fake_kvikio()
+    root, blobs = files
+    source = kvikio_fetch.KvikioFileSource(root)
+    source.slow_storage = True
+    got = source.fetch([ByteRequest(k) for k in blobs], size_hint=read_bytes)
+    assert [bytes(v) for v in got] == list(blobs.values())
+    expected = max(
+        kvikio_fetch.WARM_READS,
+        min(kvikio_fetch.OPEN_FILES, kvikio_fetch.SLOW_BYTES_IN_FLIGHT // read_bytes),
+    )
+    assert expected == (kvikio_fetch.OPEN_FILES if read_bytes < 1 << 20 else 8)
+    assert expected - 1 <= fake.most_open - 1 <= expected
+
+
 def test_a_failed_read_names_its_file_after_every_read_finished(fake_kvikio, files):
     fake = fake_kvikio(fail_on="c/17")
     root, blobs = files
@@ -173,6 +191,22 @@ def test_slow_storage_is_measured(fake_kvikio, files, monkeypatch):
     for _ in range(kvikio_fetch.REPROBE):
         source.fetch(requests)
     assert not source.slow_storage
+
+
+def test_slow_storage_found_mid_fetch_widens_that_fetch(fake_kvikio, files, monkeypatch):
+    """A cold read's first fetch is often its largest: once PROBE_BYTES came in slowly, the
+    rest of the same fetch already goes with many reads in flight."""
+    fake = fake_kvikio()
+    root, blobs = files
+    requests = [ByteRequest(k) for k in blobs] * 4
+    assert sum(len(blobs[r.key]) for r in requests) >= 2 * kvikio_fetch.PROBE_BYTES
+    monkeypatch.setattr(kvikio_fetch, "SLOW_THREAD_RATE", float("inf"))
+    source = kvikio_fetch.KvikioFileSource(root)
+    got = source.fetch(requests)
+    assert source.slow_storage
+    assert fake.most_open > kvikio_fetch.WARM_READS + 1
+    assert [bytes(v) for v in got] == [blobs[r.key] for r in requests]
+    assert fake.open_now == 0
 
 
 class _Clock:

@@ -35,6 +35,12 @@ OPEN_FILES = 128
 # threads 9.2 GB/s, with 32 threads 7.4). Storage slower than that per read (measured as
 # the pread source does) gets as many reads in flight as there are open files.
 WARM_READS = 8
+# Bytes a fetch reads with WARM_READS in flight before it judges the storage's speed.
+PROBE_BYTES = 8 << 20
+# On slower storage, reads in flight are bounded by their bytes, not only their number (H200
+# host, cold cache: 128 reads of 330 KB reached the disk's rate; 128 reads of 2.7 MB only
+# 46% of it, 8 of them 85%).
+SLOW_BYTES_IN_FLIGHT = 48 << 20
 # kvikio's pool size when the user has not chosen one (KVIKIO_NTHREADS): as many reads in
 # flight as a disk wants; on the page cache extra threads cost nothing here (no GIL).
 KVIKIO_THREADS = DISK_THREADS
@@ -96,9 +102,27 @@ class KvikioFileSource(LocalFileSource):
         in_flight: deque[tuple[str, Any, list[tuple[int, memoryview, Any]]]] = deque()
         self._fetches += 1
         probing = not self.slow_storage or self._fetches % REPROBE == 0
-        limit = WARM_READS if probing else OPEN_FILES
+        slow_limit = max(
+            WARM_READS, min(OPEN_FILES, SLOW_BYTES_IN_FLIGHT // max(1, size_hint or 1))
+        )
+        limit = WARM_READS if probing else slow_limit
         outstanding = 0
+        done_bytes = 0
         t0 = time.perf_counter()
+
+        def collect() -> None:
+            # the oldest file's reads; while probing, the first PROBE_BYTES read decide the
+            # window for the rest of this fetch (a cold read's first batch is often large)
+            nonlocal outstanding, done_bytes, probing, limit
+            path, handle, reads = in_flight.popleft()
+            outstanding -= len(reads)
+            self._finish(path, handle, reads, out)
+            done_bytes += sum(len(view) for _, view, _ in reads)
+            if probing and done_bytes >= PROBE_BYTES:
+                probing = False
+                self.slow_storage = self._slow(done_bytes, time.perf_counter() - t0)
+                limit = slow_limit if self.slow_storage else WARM_READS
+
         try:
             for key, members in by_key.items():
                 path = self.path_of(key)
@@ -120,22 +144,20 @@ class KvikioFileSource(LocalFileSource):
                     reads.append((i, view, handle.pread(view, length, start) if length else None))
                 outstanding += len(reads)
                 while in_flight and (outstanding > limit or len(in_flight) > OPEN_FILES):
-                    outstanding -= len(in_flight[0][2])
-                    self._finish(*in_flight.popleft(), out)
+                    collect()
             while in_flight:
-                self._finish(*in_flight.popleft(), out)
+                collect()
         finally:
             # kvikio's threads write into buffers the caller reuses: never return before
             # every submitted read is done, whatever failed
             for path, handle, reads in in_flight:
                 with contextlib.suppress(Exception):
                     self._finish(path, handle, reads, out)
-        if probing:
-            nbytes = sum(len(v) for v in out if v is not None)
-            if nbytes >= 8 << 20:
-                rate = nbytes / max(time.perf_counter() - t0, 1e-9) / WARM_READS
-                self.slow_storage = rate < SLOW_THREAD_RATE
         return out
+
+    @staticmethod
+    def _slow(nbytes: int, seconds: float) -> bool:
+        return nbytes / max(seconds, 1e-9) / WARM_READS < SLOW_THREAD_RATE
 
     @staticmethod
     def _finish(
