@@ -1,5 +1,4 @@
-"""Which chunks go to host threads instead of nvCOMP: all of a read the host finishes
-sooner, else each batch's share the host finishes while nvCOMP decodes the rest."""
+"""Which reads go to host threads instead of nvCOMP: those the host finishes sooner."""
 
 from __future__ import annotations
 
@@ -7,7 +6,7 @@ import math
 
 import numpy as np
 
-from linumpy_gpu.gpu.host_decode import HOST_SHARE_MARGIN, HostDecoder
+from linumpy_gpu.gpu.host_decode import HostDecoder
 
 MiB = 1 << 20
 
@@ -18,19 +17,7 @@ def test_no_threads_no_share():
     assert decoder.share_of_read(4 * MiB, 3) == 0
 
 
-def within_batch(decoder: HostDecoder, nbytes: int, n_chunks: int) -> int:
-    """The host's share of each batch, checked to finish (by the model) within the margin
-    of nvCOMP's batch time, in whole chunks per thread."""
-    share = decoder.share_of_read(nbytes, n_chunks)
-    assert 0 <= share < n_chunks
-    rounds = -(-share // decoder.threads)
-    assert rounds * nbytes / decoder.thread_rate <= HOST_SHARE_MARGIN * decoder.batch_seconds(
-        nbytes, n_chunks
-    )
-    return share
-
-
-def test_small_reads_go_to_the_host_entirely_large_ones_share_each_batch():
+def test_small_reads_go_to_the_host_entirely_large_ones_to_nvcomp():
     decoder = HostDecoder(0, 14)
     decoder.thread_rate = 0.45e9
     decoder.learn_gpu(4 * MiB, 1024, 0.040)  # whole-level batches seen: 40 ms each
@@ -41,10 +28,8 @@ def test_small_reads_go_to_the_host_entirely_large_ones_share_each_batch():
     assert decoder.host_seconds(4 * MiB, 27) == 2 * 4 * MiB / 0.45e9
     assert decoder.share_of_read(4 * MiB, 27) == 27
     assert decoder.share_of_read(4 * MiB, 42) == 42  # 3 chunks per thread: 28 ms
-    # 5 per thread (47 ms): the host takes what it decodes during nvCOMP's batch
-    assert 0 < within_batch(decoder, 4 * MiB, 57) < 57
-    # a whole level: 3 chunks per thread (28 ms) beside each 40 ms batch
-    assert within_batch(decoder, 4 * MiB, 1024) == 3 * 14
+    assert decoder.share_of_read(4 * MiB, 57) == 0  # 5 per thread: 47 ms
+    assert decoder.share_of_read(4 * MiB, 1024) == 0  # a whole level
     assert decoder.share_of_read(4 * MiB, 0) == 0
 
 
@@ -57,7 +42,7 @@ def test_small_chunks_stay_on_nvcomp_where_its_batch_is_short():
     for _ in range(30):
         decoder.learn_gpu(512 << 10, 2048, 0.040)
     assert decoder.batch_seconds(512 << 10, 125) == (512 << 10) / 120e6
-    assert within_batch(decoder, 512 << 10, 125) < 125
+    assert decoder.share_of_read(512 << 10, 125) == 0
     assert decoder.share_of_read(512 << 10, 14) == 14  # one chunk per thread: 1.2 ms
 
 
@@ -76,7 +61,7 @@ def test_measured_batches_bound_the_estimate_from_both_sides():
 def test_measured_nvcomp_batches_move_the_threshold():
     decoder = HostDecoder(0, 8)
     decoder.thread_rate = 0.45e9
-    assert within_batch(decoder, 4 * MiB, 40) < 40  # 5 per thread: 47 ms against 35
+    assert decoder.share_of_read(4 * MiB, 40) == 0  # 5 per thread: 47 ms against 35
     for _ in range(30):
         decoder.learn_gpu(4 * MiB, 40, 0.120)  # a slower GPU (or busier): the host takes more
     assert decoder.batch_seconds(4 * MiB, 40) > 0.11
@@ -109,7 +94,5 @@ def test_measured_pool_times_replace_the_model():
     for _ in range(10):
         decoder.wait(units, stream=None)
     assert decoder.host_seconds(4 * MiB, 27) > 0.050
-    # no longer all of it; and the share (26, the same bucket) shrinks to what the pool
-    # managed: 60 ms for 27 chunks is 2.2 ms a chunk, 10 fit in 24 ms
-    assert decoder.share_of_read(4 * MiB, 27) == 10
+    assert decoder.share_of_read(4 * MiB, 27) == 0
     assert decoder.host_seconds(4 * MiB, 100) == 8 * 4 * MiB / 0.45e9  # other sizes: model

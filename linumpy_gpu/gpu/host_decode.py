@@ -1,13 +1,12 @@
-"""zstd chunks decoded on host cores beside nvCOMP.
+"""zstd chunks of small reads decoded on host cores instead of nvCOMP.
 
 nvCOMP's zstd decodes each chunk on one thread block, so a batch of 4 MiB chunks takes
 30-60 ms however few chunks it holds. A host core decodes such a chunk in about 9 ms
 (0.45 GB/s per core on the H200 host), so a read whose chunks the host threads decode in
 less time than one nvCOMP batch (a tile of a tile-by-tile pipeline) is decoded on the host
-entirely. In larger reads every batch gives the host as many chunks as its threads decode
-while nvCOMP decodes the rest (``Placement.host``): they cost the device a decoded slot
-each, where nvCOMP also needs their compressed bytes and three times their size of
-workspace, so under a memory bound they are chunks the batch could not otherwise hold.
+entirely. Larger reads stay on nvCOMP: giving host threads part of every batch was
+measured neutral to harmful there (the host cores also serve the reads that feed the GPU;
+docs/performance.md), though the engine supports such splits (``Placement.host``).
 
 Each worker thread decodes a unit of chunks into one of its two pinned buffers, copies the
 unit to the device on its own stream (after the read's previous GPU work, via an event),
@@ -39,9 +38,6 @@ NVCOMP_CHUNK_RATE = 120e6
 MIN_GPU_SECONDS = 0.002
 INITIAL_THREAD_RATE = 0.45e9
 _SMOOTHING = 0.3
-# A batch's host share is sized to finish within this fraction of nvCOMP's batch time (the
-# pool also copies its chunks to the device and wakes its threads).
-HOST_SHARE_MARGIN = 0.8
 
 
 @dataclass
@@ -117,28 +113,12 @@ class HostDecoder:
         return estimate
 
     def share_of_read(self, nbytes: int, n_chunks: int) -> int:
-        """How many chunks of each batch of a read of ``n_chunks`` go to the host: all of
-        them when the host finishes them sooner than nvCOMP's batch would; else as many as
-        the pool decodes while nvCOMP decodes the rest of the batch.
-
-        A host-decoded chunk costs the device its decoded slot; one nvCOMP decodes costs
-        about five times that (compressed bytes, slot, workspace). Where device memory
-        bounds the batches (the tail of a full-level read), the host's share is chunks the
-        batch could not otherwise hold."""
+        """How many of a read's ``n_chunks`` chunks go to the host: all of them when the
+        host finishes them sooner than nvCOMP's batch would, else none."""
         if n_chunks <= 0 or not self.threads:
             return 0
-        gpu = self.batch_seconds(nbytes, n_chunks)
-        if self.host_seconds(nbytes, n_chunks) < gpu:
-            return n_chunks
-        per_thread = int(HOST_SHARE_MARGIN * gpu * self.thread_rate / max(1, nbytes))
-        share = min(n_chunks - 1, per_thread * self.threads)
-        with self._lock:
-            measured = self.pool_seconds.get((nbytes, _bucket(share)))
-        if measured is not None and measured > HOST_SHARE_MARGIN * gpu:
-            # the pool was slower beside nvCOMP than its rate says (cores shared with the
-            # fetch): shrink the share to what it managed
-            share = int(share * HOST_SHARE_MARGIN * gpu / measured)
-        return max(0, share)
+        faster = self.host_seconds(nbytes, n_chunks) < self.batch_seconds(nbytes, n_chunks)
+        return n_chunks if faster else 0
 
     def learn_gpu(self, nbytes: int, n_chunks: int, seconds: float) -> None:
         """Record how long an nvCOMP batch of ``n_chunks`` chunks of ``nbytes`` took."""
