@@ -96,6 +96,91 @@ def probe(shape: tuple[int, ...], batch_sizes: list[int], repeat: int) -> list[d
         row["sync_seconds"] = time.perf_counter() - t0
         row["sync_status"] = int(status)
         row["temp_sync"] = int(temp_sync.value)
+        # the same sizing reading the frames straight from pinned host memory (device
+        # accessible under unified addressing), as a fetch thread could before upload
+        pinned_mem = cupy.cuda.alloc_pinned_memory(host.nbytes)
+        pinned = np.frombuffer(pinned_mem, np.uint8, host.nbytes)
+        pinned[:] = host
+        host_ptrs = cupy.asarray(
+            np.uint64(pinned.ctypes.data) + np.asarray(offsets, np.uint64)[idx]
+        )
+        temp_pinned = ctypes.c_size_t(0)
+        t0 = time.perf_counter()
+        status = api.lib.nvcompBatchedZstdDecompressGetTempSizeSync(
+            host_ptrs.data.ptr,
+            in_sizes.data.ptr,
+            n,
+            nbytes,
+            ctypes.byref(temp_pinned),
+            n * nbytes,
+            api.dopts,
+            statuses.data.ptr,
+            stream.ptr,
+        )
+        row["sync_pinned_seconds"] = time.perf_counter() - t0
+        row["sync_pinned_status"] = int(status)
+        row["temp_sync_pinned"] = int(temp_pinned.value)
+        # sizing one batch from pinned memory on a second thread and stream while this
+        # thread decodes another: does either slow the other?
+        temp = cupy.empty(max(1, row["temp_async"]), dtype=np.uint8)
+        other = cupy.cuda.Stream(non_blocking=True)
+        sized = {}
+
+        def size_beside(ptrs: int, sizes: int, n: int, stream_ptr: int, sized: dict) -> None:
+            with cupy.cuda.Device(0):
+                out_bytes = ctypes.c_size_t(0)
+                t = time.perf_counter()
+                api.lib.nvcompBatchedZstdDecompressGetTempSizeSync(
+                    ptrs,
+                    sizes,
+                    n,
+                    nbytes,
+                    ctypes.byref(out_bytes),
+                    n * nbytes,
+                    api.dopts,
+                    0,
+                    stream_ptr,
+                )
+                sized["seconds"] = time.perf_counter() - t
+                sized["bytes"] = int(out_bytes.value)
+
+        import threading
+
+        cupy.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        worker = threading.Thread(
+            target=size_beside,
+            args=(host_ptrs.data.ptr, in_sizes.data.ptr, n, other.ptr, sized),
+        )
+        worker.start()
+        api.lib.nvcompBatchedZstdDecompressAsync(
+            in_ptrs.data.ptr,
+            in_sizes.data.ptr,
+            out_sizes.data.ptr,
+            actual.data.ptr,
+            n,
+            temp.data.ptr,
+            row["temp_async"],
+            out_ptrs.data.ptr,
+            api.dopts,
+            statuses.data.ptr,
+            stream.ptr,
+        )
+        stream.synchronize()
+        row["decode_beside_sizing_seconds"] = time.perf_counter() - t0
+        worker.join()
+        row["sizing_beside_decode_seconds"] = sized["seconds"]
+        row["both_ok"] = sized["bytes"] == row["temp_sync"] and bool(
+            (out == expected[cupy.asarray(idx)]).all()
+        )
+        del temp, pinned, pinned_mem
+        print(
+            f"  pinned sizing {row['sync_pinned_seconds'] * 1e3:.1f} ms "
+            f"({row['temp_sync_pinned'] / (n * nbytes):.2f}x, status {status}); decode beside "
+            f"sizing {row['decode_beside_sizing_seconds'] * 1e3:.1f} ms, sizing beside decode "
+            f"{sized['seconds'] * 1e3:.1f} ms, ok {row['both_ok']}",
+            flush=True,
+        )
         variants = [("async", row["temp_async"], api.dopts)]
         if status == 0:
             variants.append(("sync", row["temp_sync"], api.dopts))
