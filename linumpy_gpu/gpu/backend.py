@@ -26,6 +26,7 @@ from .zstd_batch import (
     DecodedBatch,
     Workspace,
     codec_for_current_device,
+    planned_temp_share,
     round_up,
 )
 
@@ -120,8 +121,9 @@ class GpuBackend(Backend):
         self, fmt: ChunkFormat, n: int, n_direct: int, stored_fraction: float, n_host: int = 0
     ) -> int:
         """Decoded slots, and for the chunks nvCOMP decodes their compressed bytes on the
-        device and nvCOMP's workspace (about three times their decoded size: measured with
-        nvCOMP 6 zstd). Host-decoded chunks need a slot at most."""
+        device and nvCOMP's workspace: three times their decoded size by their sizes alone
+        (nvCOMP 6 zstd), planned as the share of that which frames of this size needed so far
+        (about half for zstd level 3). Host-decoded chunks need a slot at most."""
         stride = round_up(fmt.nbytes, SLOT_ALIGN)
         if not fmt.codecs or not gpu_decodable(fmt):
             return n * stride
@@ -133,6 +135,7 @@ class GpuBackend(Backend):
             round_up(int(fmt.nbytes * stored_fraction * 1.1), SLOT_ALIGN) + SLOT_ALIGN
         )
         temp = zstd_api().decompress_temp_bytes(on_gpu, fmt.nbytes, on_gpu * fmt.nbytes, 0)
+        temp = int(temp * planned_temp_share(fmt.nbytes))
         return stored + slots + round_up(temp, SLOT_ALIGN) + (1 << 20)
 
     def scratch_budget(self, out_nbytes: int) -> int:

@@ -145,6 +145,24 @@ class ZstdApi:
             fn = getattr(lib, name)
             fn.argtypes = argtypes
             fn.restype = ctypes.c_int
+        # sizes the workspace from the frames themselves (nvCOMP 5+; absent: sized from the
+        # chunk sizes alone, about twice as much for zstd level 3)
+        self._exact_temp = getattr(lib, "nvcompBatchedZstdDecompressGetTempSizeSync", None)
+        if os.environ.get("LINUMPY_GPU_EXACT_WORKSPACE", "1") == "0":
+            self._exact_temp = None  # the user's choice: size from chunk sizes alone
+        if self._exact_temp is not None:
+            self._exact_temp.argtypes = [
+                c_void_p,
+                c_void_p,
+                c_size_t,
+                c_size_t,
+                c_void_p,
+                c_size_t,
+                DecompressOpts,
+                c_void_p,
+                c_void_p,
+            ]
+            self._exact_temp.restype = ctypes.c_int
         self.dopts = DecompressOpts()  # zeroed: default backend
         self.copts = CompressOpts()
         self.decompress_alignments = self._alignments(
@@ -177,6 +195,21 @@ class ZstdApi:
             "zstd decompress temp size",
         )
         return out.value
+
+    def decompress_temp_bytes_exact(
+        self, ptrs: int, sizes: int, n: int, max_chunk: int, total: int, stream: int
+    ) -> int | None:
+        """The workspace the frames at ``ptrs`` (a device array of ``n`` pointers, with
+        their sizes at ``sizes``) need, read from the frames; None where this nvCOMP cannot
+        tell. Synchronizes ``stream``. Frames in pinned host memory are sized in well under
+        a millisecond (H200 host: 0.4 ms for 64 frames of 4 MiB; 33 ms from device memory)."""
+        if self._exact_temp is None:
+            return None
+        out = c_size_t(0)
+        status = self._exact_temp(
+            ptrs, sizes, n, max_chunk, ctypes.byref(out), total, self.dopts, None, stream
+        )
+        return int(out.value) if status == NVCOMP_SUCCESS else None
 
     def decompress(
         self,

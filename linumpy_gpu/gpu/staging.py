@@ -152,10 +152,13 @@ class StagedBatch:
                 return k, addr - arena.base
         return None
 
-    def upload(self, device_buffer_factory: Any, stream: Any) -> tuple[Any, list[int]]:
+    def upload(
+        self, device_buffer_factory: Any, stream: Any, release: bool = True
+    ) -> tuple[Any, list[int]]:
         """Copy the used part of every arena into one device buffer made by
         ``device_buffer_factory(nbytes)``; returns it and each arena's start in it. Waits for
-        the copies, then gives the arenas back."""
+        the copies, then gives the arenas back (``release=False``: the caller does, once it
+        no longer reads them)."""
         starts, total = [], 0
         for arena in self.arenas:
             starts.append(total)
@@ -167,7 +170,8 @@ class StagedBatch:
                     ctypes.c_void_p(arena.base), arena.used, stream
                 )
         stream.synchronize()
-        self.release()
+        if release:
+            self.release()
         return dev, starts
 
     def release(self) -> None:

@@ -4,7 +4,10 @@ Decode of one batch:
   1. stage the compressed frames in one device buffer (from pinned host memory: one copy);
   2. ``zstd_frame_check`` validates every frame (header, every block header, sizes, end);
   3. only frames that pass go to ``nvcompBatchedZstdDecompressAsync``, which writes straight
-     into the caller's output slots and reports a status and an actual size per frame;
+     into the caller's output slots and reports a status and an actual size per frame; its
+     workspace is sized from the frames while they are still in pinned host memory (about
+     half of what their sizes alone call for), and where that does not fit the memory the
+     caller gave, the batch is decoded in parts that do;
   4. frames that carry a content checksum are verified on the GPU (XXH64);
   5. anything refused or failed is decoded by the CPU zstd (numcodecs): a valid frame the GPU
      could not handle still reads correctly, a damaged one yields a reason with both verdicts.
@@ -27,6 +30,25 @@ from .kernels import FRAME_STATUS, kernel
 from .nvcomp_lib import zstd_api
 
 _BLOCK = 128
+# Batches are planned with the largest share of nvCOMP's size-based workspace estimate that
+# frames of their chunk size have needed so far, times this margin (the frames are sized
+# exactly once fetched; a batch that needs more is decoded in parts).
+TEMP_MARGIN = 1.15
+_temp_share: dict[int, float] = {}
+_temp_share_lock = threading.Lock()
+
+
+def planned_temp_share(nbytes: int) -> float:
+    """The share of nvCOMP's size-based workspace estimate to plan a batch of ``nbytes``
+    chunks with: 1 until frames of that size were sized."""
+    with _temp_share_lock:
+        seen = _temp_share.get(nbytes)
+    return 1.0 if seen is None else min(1.0, seen * TEMP_MARGIN)
+
+
+def _learn_temp_share(nbytes: int, share: float) -> None:
+    with _temp_share_lock:
+        _temp_share[nbytes] = max(share, _temp_share.get(nbytes, 0.0))
 
 
 def round_up(n: int, k: int) -> int:
@@ -80,6 +102,12 @@ class Workspace:
 
     def __init__(self, ptr: int = 0, size: int = 0, owner: Any = None):
         self.ptr, self.size, self.owner, self.used = ptr, size, owner, 0
+
+    def room(self) -> int | None:
+        """Bytes left to carve, or None when pieces are allocated as needed."""
+        if self.owner is None:
+            return None
+        return max(0, self.size - round_up(self.used, SLOT_ALIGN))
 
     def take(self, nbytes: int, stream: Any = None) -> Any:
         """A 1-D uint8 device array of ``nbytes`` (carved, else allocated on ``stream``)."""
@@ -152,10 +180,17 @@ class ZstdBatchCodec:
             if any(w is None for w in where):
                 where = None
         if where is not None:
-            comp, starts = staging.upload(lambda n: workspace.take(n, self.stream), self.stream)
+            host_ptrs = np.fromiter(
+                (staging.arenas[a].base + o for a, o in where), dtype=np.uint64, count=len(frames)
+            )
+            # the arenas stay ours until the frames are sized (they are read there)
+            comp, starts = staging.upload(
+                lambda n: workspace.take(n, self.stream), self.stream, release=False
+            )
             offsets = np.fromiter(
                 (starts[a] + o for a, o in where), dtype=np.uint64, count=len(frames)
             )
+            release = staging.release
         else:
             padded = (sizes + np.uint64(SLOT_ALIGN - 1)) // np.uint64(SLOT_ALIGN)
             padded *= np.uint64(SLOT_ALIGN)
@@ -170,10 +205,10 @@ class ZstdBatchCodec:
             comp.data.copy_from_host_async(
                 ctypes.c_void_p(host.ctypes.data), max(total, 1), self.stream
             )
-            if staging is not None:
-                staging.release()
+            host_ptrs = np.uint64(host.ctypes.data) + offsets
+            release = staging.release if staging is not None else None
         return self._decode_staged(
-            comp, offsets, sizes, nbytes, lambda i: bytes(frames[i]), targets, workspace
+            comp, offsets, sizes, nbytes, targets, workspace, host_ptrs=host_ptrs, release=release
         )
 
     def upload_raw(self, frames: Sequence[Any], nbytes: int, staging: Any = None) -> DecodedBatch:
@@ -216,9 +251,7 @@ class ZstdBatchCodec:
             comp = cp.empty(max(1, int(sum(padded))), dtype=np.uint8)
             for f, off, size in zip(frames, offsets, sizes, strict=True):
                 comp[int(off) : int(off) + int(size)] = f
-        return self._decode_staged(
-            comp, offsets, sizes, nbytes, lambda i: frames[i].get().tobytes()
-        )
+        return self._decode_staged(comp, offsets, sizes, nbytes)
 
     def _decode_staged(
         self,
@@ -226,9 +259,23 @@ class ZstdBatchCodec:
         offsets: np.ndarray,
         sizes: np.ndarray,
         nbytes: int,
-        host_frame: Callable[[int], bytes],
         targets: np.ndarray | None = None,
         workspace: Workspace | None = None,
+        host_ptrs: np.ndarray | None = None,
+        release: Callable[[], None] | None = None,
+    ) -> DecodedBatch:
+        """Decode frames staged in ``comp``. ``host_ptrs``: where the same frames sit in
+        pinned host memory (sized there), until ``release()`` is called."""
+        try:
+            return self._decode_checked(
+                comp, offsets, sizes, nbytes, targets, workspace, host_ptrs, release
+            )
+        finally:
+            if release is not None:
+                release()  # again after a failure: releasing twice is harmless
+
+    def _decode_checked(
+        self, comp, offsets, sizes, nbytes, targets, workspace, host_ptrs, release
     ) -> DecodedBatch:
         cp = self.cupy
         workspace = workspace or Workspace()
@@ -264,30 +311,35 @@ class ZstdBatchCodec:
         mismatch_h = np.zeros(n, dtype=np.int32)
         if ok.size:
             m = int(ok.size)
-            args = np.empty((4, m), dtype=np.uint64)
+            args = np.empty((5, m), dtype=np.uint64)
             args[0] = np.uint64(comp.data.ptr) + offsets[ok]
             args[1] = sizes[ok]
             args[2] = nbytes
             args[3] = ptrs[ok]
+            args[4] = 0 if host_ptrs is None else host_ptrs[ok]
             d_args = self._upload(args)
-            temp_bytes = self.api.decompress_temp_bytes(m, nbytes, m * nbytes, self.stream.ptr)
+            # only frames that passed the check are sized: the sizing walks their blocks
+            parts, temp_bytes = self._plan_parts(d_args, m, nbytes, host_ptrs, workspace)
+            if release is not None:
+                release()  # the fetch stage may refill the arenas now
             temp = workspace.take(temp_bytes, self.stream)
             with self.stream:
                 actual = cp.empty(m, dtype=np.uint64)
                 nv_status = cp.empty(m, dtype=np.int32)
                 mismatch = cp.zeros(n, dtype=np.int32)
-            self.api.decompress(
-                d_args[0].data.ptr,
-                d_args[1].data.ptr,
-                d_args[2].data.ptr,
-                actual.data.ptr,
-                m,
-                temp.data.ptr,
-                temp_bytes,
-                d_args[3].data.ptr,
-                nv_status.data.ptr,
-                self.stream.ptr,
-            )
+            for first, stop, part_temp in parts:  # one after another on this stream
+                self.api.decompress(
+                    d_args[0, first:stop].data.ptr,
+                    d_args[1, first:stop].data.ptr,
+                    d_args[2, first:stop].data.ptr,
+                    actual[first:stop].data.ptr,
+                    stop - first,
+                    temp.data.ptr,
+                    part_temp,
+                    d_args[3, first:stop].data.ptr,
+                    nv_status[first:stop].data.ptr,
+                    self.stream.ptr,
+                )
             if (status_h[ok] == 1).any():
                 d_ptrs = self._upload(ptrs)
                 with self.stream:
@@ -319,8 +371,51 @@ class ZstdBatchCodec:
                 reason = "zstd content checksum mismatch"
             else:
                 continue
-            self._cpu_fallback(batch, i, host_frame(i), reason)
+            # the frame as the GPU saw it (its pinned copy may hold the next batch by now)
+            frame = comp[int(offsets[i]) : int(offsets[i] + sizes[i])].get(stream=self.stream)
+            self._cpu_fallback(batch, i, frame.tobytes(), reason)
         return batch
+
+    def _plan_parts(
+        self, d_args: Any, m: int, nbytes: int, host_ptrs: Any, workspace: Workspace
+    ) -> tuple[list[tuple[int, int, int]], int]:
+        """How the ``m`` checked frames are decoded: [(first, stop, workspace bytes)] and
+        the workspace to take. One part, with the workspace the frames need (sized from
+        their pinned copies; from their sizes alone without them); where that exceeds the
+        room ``workspace`` has left, as many parts as it takes for each to fit."""
+        by_sizes = self.api.decompress_temp_bytes(m, nbytes, m * nbytes, self.stream.ptr)
+        if host_ptrs is None:
+            return [(0, m, by_sizes)], by_sizes
+
+        def exact(first: int, stop: int) -> int:
+            count = stop - first
+            need = self.api.decompress_temp_bytes_exact(
+                d_args[4, first:stop].data.ptr,
+                d_args[1, first:stop].data.ptr,
+                count,
+                nbytes,
+                count * nbytes,
+                self.stream.ptr,
+            )
+            worst = self.api.decompress_temp_bytes(count, nbytes, count * nbytes, self.stream.ptr)
+            return worst if need is None or need > worst else need
+
+        need = exact(0, m)
+        _learn_temp_share(nbytes, need / max(1, by_sizes))
+        room = workspace.room()
+        if room is None or need <= room or m == 1:
+            return [(0, m, need)], need
+        pieces = -(-need // max(1, room))
+        while True:
+            bounds = np.linspace(0, m, min(m, pieces) + 1).astype(int)
+            parts = [
+                (int(a), int(b), exact(int(a), int(b)))
+                for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+            ]
+            largest = max(p[2] for p in parts)
+            if largest <= room or pieces >= m:
+                return parts, largest
+            pieces = min(m, 2 * pieces)
 
     def _cpu_fallback(self, batch: DecodedBatch, i: int, frame: bytes, gpu_reason: str) -> None:
         import numcodecs
