@@ -44,10 +44,13 @@ def _frames(n: int, shape=(16, 64, 64)) -> tuple[list[bytes], list[bytes]]:
     return raws, [numcodecs.Zstd(level=3).encode(r) for r in raws]
 
 
-def test_workspace_sized_from_the_frames_and_learned_for_planning(cp):
-    """nvCOMP's workspace is sized from the (pinned) frames: less than their sizes alone
-    call for; the share is learned for planning the next batches of that chunk size."""
+def test_workspace_sized_from_the_frames_and_learned_for_planning(cp, monkeypatch):
+    """With LINUMPY_GPU_EXACT_WORKSPACE=1, nvCOMP's workspace is sized from the (pinned)
+    frames: less than their sizes alone call for; the share is learned for planning the
+    next batches of that chunk size."""
     from linumpy_gpu.gpu import zstd_batch
+
+    monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", "1")
 
     raws, frames = _frames(12)
     nbytes = len(raws[0])
@@ -73,10 +76,12 @@ def test_workspace_sized_from_the_frames_and_learned_for_planning(cp):
     assert workspace / by_sizes <= share <= 1.0
 
 
-def test_a_batch_whose_workspace_does_not_fit_is_decoded_in_parts(cp):
+def test_a_batch_whose_workspace_does_not_fit_is_decoded_in_parts(cp, monkeypatch):
     """Where the memory the caller gave cannot hold the workspace of the whole batch, the
     batch is decoded in parts that fit, all correct, nothing allocated beyond it."""
     from linumpy_gpu.gpu.zstd_batch import SLOT_ALIGN, Workspace, round_up
+
+    monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", "1")
 
     raws, frames = _frames(16)
     nbytes = len(raws[0])

@@ -224,12 +224,19 @@ def test_read_regions_on_gpu(tmp_path, cp):
         np.testing.assert_array_equal(got.get(), full[region])
 
 
-@pytest.mark.parametrize("host_threads", [0, 2])
+@pytest.mark.parametrize(
+    "host_threads, exact_workspace", [(0, False), (2, False), (0, True)], ids=str
+)
 @pytest.mark.parametrize("chunks", [(32, 64, 64), (1, 256, 512)])
-def test_full_read_holds_at_most_a_quarter_more_than_its_output(tmp_path, cp, chunks, host_threads):
+def test_full_read_holds_at_most_a_quarter_more_than_its_output(
+    tmp_path, cp, chunks, host_threads, exact_workspace, monkeypatch
+):
     """Decoder workspace, slots and compressed bytes live in output bytes not yet written
-    or within the read's budget: the pool never holds more than 1.25x the output."""
+    or within the read's budget: the pool never holds more than 1.25x the output (also
+    with the workspace sized from the frames and batches planned with the learned share)."""
     from linumpy_gpu.gpu.backend import GpuBackend
+
+    monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", "1" if exact_workspace else "0")
 
     data = volume(shape=(256, 256, 512))  # 64 MiB
     arr = write_zarr_variant(
@@ -247,6 +254,10 @@ def test_full_read_holds_at_most_a_quarter_more_than_its_output(tmp_path, cp, ch
     np.testing.assert_array_equal(got.get(), data)
     assert reader.last_profile["batches"] > 1
     assert peak <= 1.25 * data.nbytes + (4 << 20), peak / data.nbytes
+    if exact_workspace:
+        from linumpy_gpu.gpu.zstd_batch import planned_temp_share
+
+        assert planned_temp_share(data[: chunks[0], : chunks[1], : chunks[2]].nbytes) < 1.0
 
 
 def test_small_reads_on_host_threads_large_ones_on_nvcomp(tmp_path, cp):

@@ -148,8 +148,6 @@ class ZstdApi:
         # sizes the workspace from the frames themselves (nvCOMP 5+; absent: sized from the
         # chunk sizes alone, about twice as much for zstd level 3)
         self._exact_temp = getattr(lib, "nvcompBatchedZstdDecompressGetTempSizeSync", None)
-        if os.environ.get("LINUMPY_GPU_EXACT_WORKSPACE", "1") == "0":
-            self._exact_temp = None  # the user's choice: size from chunk sizes alone
         if self._exact_temp is not None:
             self._exact_temp.argtypes = [
                 c_void_p,
@@ -196,6 +194,13 @@ class ZstdApi:
         )
         return out.value
 
+    def sizes_from_frames(self) -> bool:
+        """Whether decodes size nvCOMP's workspace from the frames: off unless
+        ``LINUMPY_GPU_EXACT_WORKSPACE=1`` (it halves the workspace of zstd level 3 frames, but
+        the larger batches it allows were no faster on the H200 host: docs/performance.md)."""
+        wanted = os.environ.get("LINUMPY_GPU_EXACT_WORKSPACE", "0") == "1"
+        return wanted and self._exact_temp is not None
+
     def decompress_temp_bytes_exact(
         self, ptrs: int, sizes: int, n: int, max_chunk: int, total: int, stream: int
     ) -> int | None:
@@ -203,7 +208,7 @@ class ZstdApi:
         their sizes at ``sizes``) need, read from the frames; None where this nvCOMP cannot
         tell. Synchronizes ``stream``. Frames in pinned host memory are sized in well under
         a millisecond (H200 host: 0.4 ms for 64 frames of 4 MiB; 33 ms from device memory)."""
-        if self._exact_temp is None:
+        if not self.sizes_from_frames():
             return None
         out = c_size_t(0)
         status = self._exact_temp(

@@ -4,10 +4,10 @@ Decode of one batch:
   1. stage the compressed frames in one device buffer (from pinned host memory: one copy);
   2. ``zstd_frame_check`` validates every frame (header, every block header, sizes, end);
   3. only frames that pass go to ``nvcompBatchedZstdDecompressAsync``, which writes straight
-     into the caller's output slots and reports a status and an actual size per frame; its
-     workspace is sized from the frames while they are still in pinned host memory (about
-     half of what their sizes alone call for), and where that does not fit the memory the
-     caller gave, the batch is decoded in parts that do;
+     into the caller's output slots and reports a status and an actual size per frame; with
+     ``LINUMPY_GPU_EXACT_WORKSPACE=1`` its workspace is sized from the frames while they are
+     still in pinned host memory (about half of what their sizes alone call for), and where
+     that does not fit the memory the caller gave, the batch is decoded in parts that do;
   4. frames that carry a content checksum are verified on the GPU (XXH64);
   5. anything refused or failed is decoded by the CPU zstd (numcodecs): a valid frame the GPU
      could not handle still reads correctly, a damaged one yields a reason with both verdicts.
@@ -183,9 +183,10 @@ class ZstdBatchCodec:
             host_ptrs = np.fromiter(
                 (staging.arenas[a].base + o for a, o in where), dtype=np.uint64, count=len(frames)
             )
-            # the arenas stay ours until the frames are sized (they are read there)
+            # when the frames are sized, the arenas stay ours until then (read there)
+            sizing = self.api.sizes_from_frames()
             comp, starts = staging.upload(
-                lambda n: workspace.take(n, self.stream), self.stream, release=False
+                lambda n: workspace.take(n, self.stream), self.stream, release=not sizing
             )
             offsets = np.fromiter(
                 (starts[a] + o for a, o in where), dtype=np.uint64, count=len(frames)
@@ -384,7 +385,7 @@ class ZstdBatchCodec:
         their pinned copies; from their sizes alone without them); where that exceeds the
         room ``workspace`` has left, as many parts as it takes for each to fit."""
         by_sizes = self.api.decompress_temp_bytes(m, nbytes, m * nbytes, self.stream.ptr)
-        if host_ptrs is None:
+        if host_ptrs is None or not self.api.sizes_from_frames():
             return [(0, m, by_sizes)], by_sizes
 
         def exact(first: int, stop: int) -> int:
