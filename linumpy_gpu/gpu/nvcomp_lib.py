@@ -80,6 +80,13 @@ class NvcompError(RuntimeError):
     pass
 
 
+def exact_workspace_requested() -> bool:
+    """``LINUMPY_GPU_EXACT_WORKSPACE=1``: size nvCOMP's zstd workspace from the frames. It
+    halves the workspace of zstd level 3 frames, but the larger batches that allows were no
+    faster on the H200 host (docs/performance.md), so it is off by default."""
+    return os.environ.get("LINUMPY_GPU_EXACT_WORKSPACE", "0") == "1"
+
+
 class ZstdApi:
     """Typed entry points of libnvcomp's batched zstd API."""
 
@@ -195,11 +202,9 @@ class ZstdApi:
         return out.value
 
     def sizes_from_frames(self) -> bool:
-        """Whether decodes size nvCOMP's workspace from the frames: off unless
-        ``LINUMPY_GPU_EXACT_WORKSPACE=1`` (it halves the workspace of zstd level 3 frames, but
-        the larger batches it allows were no faster on the H200 host: docs/performance.md)."""
-        wanted = os.environ.get("LINUMPY_GPU_EXACT_WORKSPACE", "0") == "1"
-        return wanted and self._exact_temp is not None
+        """Whether decodes size nvCOMP's workspace from the frames (see
+        :func:`exact_workspace_requested`; needs an nvCOMP that can)."""
+        return exact_workspace_requested() and self._exact_temp is not None
 
     def decompress_temp_bytes_exact(
         self, ptrs: int, sizes: int, n: int, max_chunk: int, total: int, stream: int

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..engine.batching import SLOT_ALIGN
 from .kernels import FRAME_STATUS, kernel
-from .nvcomp_lib import zstd_api
+from .nvcomp_lib import exact_workspace_requested, zstd_api
 
 _BLOCK = 128
 # Batches are planned with the largest share of nvCOMP's size-based workspace estimate that
@@ -40,7 +40,10 @@ _temp_share_lock = threading.Lock()
 
 def planned_temp_share(nbytes: int) -> float:
     """The share of nvCOMP's size-based workspace estimate to plan a batch of ``nbytes``
-    chunks with: 1 until frames of that size were sized."""
+    chunks with: 1 until frames of that size were sized, and whenever decodes do not size
+    them (the plan must not count on less than the decode will take)."""
+    if not exact_workspace_requested():
+        return 1.0
     with _temp_share_lock:
         seen = _temp_share.get(nbytes)
     return 1.0 if seen is None else min(1.0, seen * TEMP_MARGIN)
