@@ -16,6 +16,7 @@ import ctypes
 import json
 import os
 import sys
+import threading
 import time
 
 import numcodecs
@@ -41,6 +42,17 @@ def bind_sync(api) -> None:
         ctypes.c_void_p,
     ]
     fn.restype = ctypes.c_int
+
+
+def size_from_frames(api, ptrs: int, sizes: int, n: int, nbytes: int, stream_ptr: int):
+    """(status, workspace bytes, seconds) of nvCOMP sizing the ``n`` frames whose pointers
+    (device or pinned host memory) are in the device array at ``ptrs``."""
+    out = ctypes.c_size_t(0)
+    t0 = time.perf_counter()
+    status = api.lib.nvcompBatchedZstdDecompressGetTempSizeSync(
+        ptrs, sizes, n, nbytes, ctypes.byref(out), n * nbytes, api.dopts, None, stream_ptr
+    )
+    return int(status), int(out.value), time.perf_counter() - t0
 
 
 def probe(shape: tuple[int, ...], batch_sizes: list[int], repeat: int) -> list[dict]:
@@ -80,22 +92,9 @@ def probe(shape: tuple[int, ...], batch_sizes: list[int], repeat: int) -> list[d
         cupy.cuda.Device().synchronize()
         row: dict = {"chunk": list(shape), "chunk_bytes": nbytes, "n": n}
         row["temp_async"] = api.decompress_temp_bytes(n, nbytes, n * nbytes, stream.ptr)
-        temp_sync = ctypes.c_size_t(0)
-        t0 = time.perf_counter()
-        status = api.lib.nvcompBatchedZstdDecompressGetTempSizeSync(
-            in_ptrs.data.ptr,
-            in_sizes.data.ptr,
-            n,
-            nbytes,
-            ctypes.byref(temp_sync),
-            n * nbytes,
-            api.dopts,
-            statuses.data.ptr,
-            stream.ptr,
+        row["sync_status"], row["temp_sync"], row["sync_seconds"] = size_from_frames(
+            api, in_ptrs.data.ptr, in_sizes.data.ptr, n, nbytes, stream.ptr
         )
-        row["sync_seconds"] = time.perf_counter() - t0
-        row["sync_status"] = int(status)
-        row["temp_sync"] = int(temp_sync.value)
         # the same sizing reading the frames straight from pinned host memory (device
         # accessible under unified addressing), as a fetch thread could before upload
         pinned_mem = cupy.cuda.alloc_pinned_memory(host.nbytes)
@@ -104,22 +103,10 @@ def probe(shape: tuple[int, ...], batch_sizes: list[int], repeat: int) -> list[d
         host_ptrs = cupy.asarray(
             np.uint64(pinned.ctypes.data) + np.asarray(offsets, np.uint64)[idx]
         )
-        temp_pinned = ctypes.c_size_t(0)
-        t0 = time.perf_counter()
-        status = api.lib.nvcompBatchedZstdDecompressGetTempSizeSync(
-            host_ptrs.data.ptr,
-            in_sizes.data.ptr,
-            n,
-            nbytes,
-            ctypes.byref(temp_pinned),
-            n * nbytes,
-            api.dopts,
-            statuses.data.ptr,
-            stream.ptr,
+        pinned_status, row["temp_sync_pinned"], row["sync_pinned_seconds"] = size_from_frames(
+            api, host_ptrs.data.ptr, in_sizes.data.ptr, n, nbytes, stream.ptr
         )
-        row["sync_pinned_seconds"] = time.perf_counter() - t0
-        row["sync_pinned_status"] = int(status)
-        row["temp_sync_pinned"] = int(temp_pinned.value)
+        row["sync_pinned_status"] = pinned_status
         # sizing one batch from pinned memory on a second thread and stream while this
         # thread decodes another: does either slow the other?
         temp = cupy.empty(max(1, row["temp_async"]), dtype=np.uint8)
@@ -128,23 +115,9 @@ def probe(shape: tuple[int, ...], batch_sizes: list[int], repeat: int) -> list[d
 
         def size_beside(ptrs: int, sizes: int, n: int, stream_ptr: int, sized: dict) -> None:
             with cupy.cuda.Device(0):
-                out_bytes = ctypes.c_size_t(0)
-                t = time.perf_counter()
-                api.lib.nvcompBatchedZstdDecompressGetTempSizeSync(
-                    ptrs,
-                    sizes,
-                    n,
-                    nbytes,
-                    ctypes.byref(out_bytes),
-                    n * nbytes,
-                    api.dopts,
-                    0,
-                    stream_ptr,
+                _, sized["bytes"], sized["seconds"] = size_from_frames(
+                    api, ptrs, sizes, n, nbytes, stream_ptr
                 )
-                sized["seconds"] = time.perf_counter() - t
-                sized["bytes"] = int(out_bytes.value)
-
-        import threading
 
         cupy.cuda.Device().synchronize()
         t0 = time.perf_counter()
@@ -176,13 +149,13 @@ def probe(shape: tuple[int, ...], batch_sizes: list[int], repeat: int) -> list[d
         del temp, pinned, pinned_mem
         print(
             f"  pinned sizing {row['sync_pinned_seconds'] * 1e3:.1f} ms "
-            f"({row['temp_sync_pinned'] / (n * nbytes):.2f}x, status {status}); decode beside "
+            f"({row['temp_sync_pinned'] / (n * nbytes):.2f}x, status {pinned_status}); decode beside "
             f"sizing {row['decode_beside_sizing_seconds'] * 1e3:.1f} ms, sizing beside decode "
             f"{sized['seconds'] * 1e3:.1f} ms, ok {row['both_ok']}",
             flush=True,
         )
         variants = [("async", row["temp_async"], api.dopts)]
-        if status == 0:
+        if row["sync_status"] == 0:
             variants.append(("sync", row["temp_sync"], api.dopts))
         cuda_opts = DecompressOpts()
         cuda_opts.backend = 2  # NVCOMP_DECOMPRESS_BACKEND_CUDA

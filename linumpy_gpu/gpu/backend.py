@@ -122,8 +122,9 @@ class GpuBackend(Backend):
     ) -> int:
         """Decoded slots, and for the chunks nvCOMP decodes their compressed bytes on the
         device and nvCOMP's workspace: three times their decoded size by their sizes alone
-        (nvCOMP 6 zstd), planned as the share of that which frames of this size needed so far
-        (about half for zstd level 3). Host-decoded chunks need a slot at most."""
+        (nvCOMP 6 zstd); where frames are sized (``LINUMPY_GPU_EXACT_WORKSPACE=1``), the
+        share of that which frames of this size needed so far (about half for zstd level
+        3). Host-decoded chunks need a slot at most."""
         stride = round_up(fmt.nbytes, SLOT_ALIGN)
         if not fmt.codecs or not gpu_decodable(fmt):
             return n * stride

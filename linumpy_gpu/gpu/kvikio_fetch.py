@@ -33,7 +33,7 @@ OPEN_FILES = 128
 # Reads in flight on the page cache: each is a memory copy, and more at once only compete
 # for cores with the thread driving the GPU (H200 host, a 64^3 level: kvikio's pool with 4
 # threads 9.2 GB/s, with 32 threads 7.4). Storage slower than that per read (measured as
-# the pread source does) gets as many reads in flight as there are open files.
+# the pread source does) gets more reads in flight: up to SLOW_BYTES_IN_FLIGHT of them.
 WARM_READS = 8
 # Bytes a fetch reads with WARM_READS in flight before it judges the storage's speed.
 PROBE_BYTES = 8 << 20
