@@ -3,6 +3,8 @@ the size-based estimate that sized frames needed, only while decodes size frames
 
 from __future__ import annotations
 
+import pytest
+
 from linumpy_gpu.gpu import zstd_batch
 
 
@@ -23,3 +25,10 @@ def test_planned_share_follows_the_sized_frames_only_while_sizing_is_on(monkeypa
     assert zstd_batch.planned_temp_share(nbytes + 1) == 1.0
     monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", "0")
     assert zstd_batch.planned_temp_share(nbytes + 1) == 1.0
+
+
+@pytest.mark.parametrize("value", ["true", "yes", "2"])
+def test_a_switch_value_other_than_0_or_1_is_refused(monkeypatch, value):
+    monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", value)
+    with pytest.raises(ValueError, match="LINUMPY_GPU_EXACT_WORKSPACE must be 0 or 1"):
+        zstd_batch.planned_temp_share(1 << 20)

@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..env import env_int
+
 MAX_IO_THREADS = min(16, 2 * (os.cpu_count() or 2))
 # Below this many bytes per read, a thread spends more time handing the GIL around than
 # copying (measured on an H200 host: 330 KB reads peak at 4 threads, 2.7 MB reads at 16).
@@ -67,16 +69,7 @@ class ByteSource(Protocol):
 
 
 def _env_threads() -> int | None:
-    value = os.environ.get("LINUMPY_GPU_IO_THREADS")
-    if not value:
-        return None
-    try:
-        threads = int(value)
-    except ValueError:
-        threads = 0
-    if threads < 1:
-        raise ValueError(f"LINUMPY_GPU_IO_THREADS must be a positive integer, got {value!r}")
-    return threads
+    return env_int("LINUMPY_GPU_IO_THREADS", None, minimum=1)
 
 
 class LocalFileSource:

@@ -15,6 +15,7 @@ from ..engine.backend import PLACED, Backend, CpuBackend, EncodedChunk
 from ..engine.codecs import ChecksumMismatch, crc32c_strip
 from ..engine.fetch import ByteSource
 from ..engine.layout import ChunkFormat
+from ..env import env_float, env_int
 from ..errors import ChunkDecodeError, DeviceMemoryError, OutputMismatchError
 from .host_decode import DEFAULT_THREADS, host_decoder
 from .kernels import kernel
@@ -36,8 +37,8 @@ MAX_SCATTER_DIMS = 6
 MAX_BATCH_BYTES = 2 << 30
 # Memory a read may hold besides its output: this fraction of the output, at least
 # SCRATCH_FLOOR (small reads need a batch's worth of decoder workspace to be fast).
-SCRATCH_FRACTION = float(os.environ.get("LINUMPY_GPU_SCRATCH_FRACTION", 0.25))
-SCRATCH_FLOOR = int(os.environ.get("LINUMPY_GPU_SCRATCH_FLOOR", 1 << 30))
+SCRATCH_FRACTION = env_float("LINUMPY_GPU_SCRATCH_FRACTION", 0.25)
+SCRATCH_FLOOR = env_int("LINUMPY_GPU_SCRATCH_FLOOR", 1 << 30)
 
 _local = threading.local()
 

@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 
 from ..engine.codecs import zstd_decode_into
+from ..env import env_int
 
 # Host cores left to the fetch threads and the Python thread driving the GPU.
-DEFAULT_THREADS = int(os.environ.get("LINUMPY_GPU_HOST_THREADS", max(0, (os.cpu_count() or 2) - 2)))
+DEFAULT_THREADS = env_int("LINUMPY_GPU_HOST_THREADS", max(0, (os.cpu_count() or 2) - 2))
 UNIT_BYTES = 4 << 20  # decoded bytes per unit of work (one copy to the device each)
 # Before anything was timed: one thread block decodes a chunk at about this rate, so an
 # nvCOMP batch takes about one chunk's time (4 MiB: 33-43 ms on an H200, nvCOMP 6), and

@@ -84,7 +84,10 @@ def exact_workspace_requested() -> bool:
     """``LINUMPY_GPU_EXACT_WORKSPACE=1``: size nvCOMP's zstd workspace from the frames. It
     halves the workspace of zstd level 3 frames, but the larger batches that allows were no
     faster on the H200 host (docs/performance.md), so it is off by default."""
-    return os.environ.get("LINUMPY_GPU_EXACT_WORKSPACE", "0") == "1"
+    value = os.environ.get("LINUMPY_GPU_EXACT_WORKSPACE", "0").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"LINUMPY_GPU_EXACT_WORKSPACE must be 0 or 1, got {value!r}")
+    return value == "1"
 
 
 class ZstdApi:

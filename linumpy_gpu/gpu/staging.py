@@ -12,7 +12,6 @@ exceeding the cap.
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import time
 from typing import Any
@@ -20,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from ..engine.batching import SLOT_ALIGN
+from ..env import env_int
 
-DEFAULT_CAP = int(os.environ.get("LINUMPY_GPU_PINNED_CAP", 1 << 30))
-DEFAULT_ARENA = int(os.environ.get("LINUMPY_GPU_PINNED_ARENA", 64 << 20))
+DEFAULT_CAP = env_int("LINUMPY_GPU_PINNED_CAP", 1 << 30, minimum=1)
+DEFAULT_ARENA = env_int("LINUMPY_GPU_PINNED_ARENA", 64 << 20, minimum=1)
 # How long a batch waits for arenas held by others before reading into ordinary memory:
 # long enough for the previous batch's upload to give its arenas back (~15 ms for 768 MiB),
 # short enough that readers filling the ring from several threads do not queue behind one
