@@ -16,15 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from typing import Any
 
-
-def sync() -> None:
-    import cupy
-
-    cupy.cuda.Device().synchronize()
-    cupy.get_default_memory_pool().free_all_blocks()
+sys.path.insert(0, os.path.dirname(__file__))
+from probe_pipeline import sync  # noqa: E402
 
 
 class BatchTimer:

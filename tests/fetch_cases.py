@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,3 +32,14 @@ def mixed_requests(blobs: dict[str, bytes]) -> list[ByteRequest]:
     requests += [ByteRequest("c/6", suffix=16), ByteRequest("c/7", offset=5)]
     requests += [ByteRequest("c/absent"), ByteRequest("c/0/below-a-file", 0, 8)]
     return requests
+
+
+def recording_allocator() -> tuple[Callable[[int], memoryview], list[memoryview]]:
+    """An ``allocate`` for ``fetch`` that hands out fresh buffers and the list of them."""
+    handed_out: list[memoryview] = []
+
+    def allocate(n: int) -> memoryview:
+        handed_out.append(memoryview(bytearray(n)))
+        return handed_out[-1]
+
+    return allocate, handed_out

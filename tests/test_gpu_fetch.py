@@ -9,7 +9,7 @@ import zarr
 
 from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource
 
-from .fetch_cases import mixed_requests, write_chunk_files
+from .fetch_cases import mixed_requests, recording_allocator, write_chunk_files
 from .writers import volume, write_zarr_variant
 
 pytestmark = pytest.mark.gpu
@@ -30,11 +30,7 @@ def test_kvikio_source_equals_pread_source(files, staged, slow_storage):
 
     root, blobs = files
     requests = mixed_requests(blobs)
-    handed_out = []
-
-    def allocate(n):
-        handed_out.append(memoryview(bytearray(n)))
-        return handed_out[-1]
+    allocate, handed_out = recording_allocator()
 
     source = KvikioFileSource(root)
     source.slow_storage = slow_storage

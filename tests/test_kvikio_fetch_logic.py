@@ -16,7 +16,7 @@ import pytest
 import linumpy_gpu.gpu.kvikio_fetch as kvikio_fetch
 from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource
 
-from .fetch_cases import mixed_requests, write_chunk_files
+from .fetch_cases import mixed_requests, recording_allocator, write_chunk_files
 
 
 class FakeKvikio:
@@ -112,11 +112,7 @@ def test_same_bytes_as_the_pread_source(fake_kvikio, files, staged, slow_storage
     fake = fake_kvikio()
     root, blobs = files
     requests = mixed_requests(blobs)
-    handed_out = []
-
-    def allocate(n):
-        handed_out.append(memoryview(bytearray(n)))
-        return handed_out[-1]
+    allocate, handed_out = recording_allocator()
 
     source = kvikio_fetch.KvikioFileSource(root)
     source.slow_storage = slow_storage
