@@ -15,7 +15,7 @@ import pytest
 import zarr
 
 from linumpy_gpu.engine.backend import PLACED, CpuBackend
-from linumpy_gpu.engine.batching import output_geometry, plan_batches
+from linumpy_gpu.engine.batching import best_fit, fits, output_geometry, plan_batches
 from linumpy_gpu.engine.plan import plan_chunks
 from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.engine.selection import normalize_selection
@@ -64,9 +64,9 @@ class ScribblingBackend(CpuBackend):
     def host_chunks(self, fmt, n_tasks):
         return self.host
 
-    def scratch_bytes(self, fmt, n, n_direct, stored_fraction, n_host=0):
+    def scratch_pieces(self, fmt, n, n_direct, stored_fraction, n_host=0):
         on_device = n - n_host
-        return int(on_device * fmt.nbytes * self.per_chunk_scratch) + (n - n_direct) * fmt.nbytes
+        return ((n - n_direct) * fmt.nbytes, int(on_device * fmt.nbytes * self.per_chunk_scratch))
 
     def scratch_budget(self, out_nbytes):
         return self.budget
@@ -80,14 +80,25 @@ class ScribblingBackend(CpuBackend):
             # host chunks are read after the staged bytes go to the device: never staged
             assert staging.holds(data) != (i >= host_from), (i, host_from)
         self.host_decoded += placement.host
-        if placement.buffer is None:  # no output geometry (read_regions): the spare only
-            if placement.spare is not None:
-                self.spares.add(id(placement.spare))
-                placement.spare[...] = 0xAB  # the decoder's workspace, scribbled on
-            return decoded
-        # the GPU backend carves host slots first, then the device decoder's buffers
-        order = list(range(host_from, len(chunks))) + list(range(host_from))
-        flat = placement.buffer.reshape(-1).view(np.uint8)
+        flat = None if placement.buffer is None else placement.buffer.reshape(-1).view(np.uint8)
+        regions = []  # like the GPU's workspace: the unwritten output tail, the spare
+        if placement.scratch is not None:
+            start, stop = placement.scratch
+            self.lent.append((start, stop))
+            regions.append(flat[start:stop])
+        if placement.spare is not None:
+            self.spares.add(id(placement.spare))
+            regions.append(placement.spare)
+        n_direct = sum(d is not None for d in placement.direct)
+        need = self.scratch_pieces(fmt, len(chunks), n_direct, 1.0, placement.host)
+        if placement.wants_spare:
+            assert placement.spare is not None
+        # what the plan promised: the batch's buffers fit the regions it was lent (a batch
+        # of one chunk goes ahead whatever it needs: the decoder allocates the rest)
+        fitted = fits(need, [r.size for r in regions])
+        assert fitted or len(chunks) == 1, (need, [r.size for r in regions])
+        for region in regions:
+            region[...] = 0xAB  # the decoder's workspace, scribbled on
         out = []
         for raw, offset in zip(decoded, placement.direct, strict=True):
             if offset is not None and isinstance(raw, np.ndarray):
@@ -96,19 +107,21 @@ class ScribblingBackend(CpuBackend):
                 out.append(PLACED)
             else:
                 out.append(raw)
-        if placement.scratch is not None:
-            # like the GPU: slots for the chunks to be placed live in the lent bytes, and
-            # the decoder's workspace after them gets scribbled on
-            start, stop = placement.scratch
-            self.lent.append((start, stop))
-            for k in order:
-                raw = out[k]
-                if isinstance(raw, np.ndarray):
-                    slot = flat[start : start + raw.size]
-                    slot[...] = raw
-                    out[k] = slot
-                    start += raw.size
-            flat[start:stop] = 0xAB
+        # slots for the chunks to be placed live in the lent bytes (host slots first, as the
+        # GPU backend carves them), each in the smallest region that holds it
+        used = [0] * len(regions)
+        order = list(range(host_from, len(chunks))) + list(range(host_from))
+        for k in order:
+            raw = out[k]
+            if isinstance(raw, np.ndarray):
+                r = best_fit([reg.size - u for reg, u in zip(regions, used, strict=True)], raw.size)
+                if r is None:
+                    assert not fitted, "a slot did not fit the lent memory"
+                    continue
+                slot = regions[r][used[r] : used[r] + raw.size]
+                slot[...] = raw
+                out[k] = slot
+                used[r] += raw.size
         return out
 
 
@@ -173,8 +186,8 @@ def test_plan_batches_respects_budget_and_order():
     geometry = output_geometry(tasks, work, chunks, 2, True)
     per_chunk = 4 * 8 * 8 * 2
 
-    def need(n, n_direct):
-        return 3 * n * per_chunk
+    def need(n, n_direct):  # slots, then a workspace twice their size
+        return (n * per_chunk, 2 * n * per_chunk)
 
     budget = 10 * 3 * per_chunk
     batches = list(plan_batches(len(tasks), lambda: 64, need, geometry, budget))
@@ -183,15 +196,35 @@ def test_plan_batches_respects_budget_and_order():
     for first, stop, placement in batches:
         n = stop - first
         assert n <= 64
-        if placement.scratch is None:
-            assert need(n, 0) <= budget
-        else:
+        rooms = []
+        if placement.scratch is not None:
             start, end = placement.scratch
             assert start >= geometry.written_end[stop - 1]
-            assert need(n, 0) <= end - start
-    # big early batches borrow the output; the tail falls back to the budget
-    assert batches[0][1] - batches[0][0] == 64
-    assert batches[-1][2].scratch is None
+            rooms.append(end - start)
+        if placement.wants_spare:
+            rooms.append(budget)
+        assert fits(need(n, 0), rooms)
+        # no larger batch would have fit what it was lent
+        if stop < len(tasks) and n < 64:
+            tail = geometry.nbytes - -(-int(geometry.written_end[stop]) // 256) * 256
+            assert not fits(need(n + 1, 0), [max(0, tail), budget])
+    # big early batches borrow the output alone; later ones add the read's own buffer, and
+    # the last ones borrow what is left of the output beside it
+    assert batches[0][1] - batches[0][0] == 64 and not batches[0][2].wants_spare
+    assert batches[-1][2].wants_spare
+    both = [p for _, _, p in batches if p.wants_spare and p.scratch is not None]
+    assert both, "no batch used the output tail and the spare together"
+    assert len(batches) < 2 + len(tasks) // 10  # the spare alone holds 10 chunks
+
+
+def test_best_fit_takes_the_smallest_region_that_holds_a_buffer():
+    assert best_fit([100, 40, 60], 50) == 2
+    assert best_fit([100, 40, 60], 40) == 1
+    assert best_fit([10, 20], 30) is None
+    # a workspace that does not fit after slots in one region goes to the other
+    assert fits([300, 512], [1024, 512])
+    assert not fits([600, 600], [1024, 100])
+    assert fits([0, 256], [256])
 
 
 def test_geometry_marks_only_contiguous_whole_chunks():

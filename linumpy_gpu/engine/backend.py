@@ -70,12 +70,13 @@ class Backend:
         backend decodes on host cores rather than its device decoder (0: none)."""
         return 0
 
-    def scratch_bytes(
+    def scratch_pieces(
         self, fmt: ChunkFormat, n: int, n_direct: int, stored_fraction: float, n_host: int = 0
-    ) -> int:
-        """Memory a batch of ``n`` chunks (``n_direct`` decoded in place, the last ``n_host``
-        decoded on host cores) needs besides the output, for the read's budget."""
-        return 0
+    ) -> tuple[int, ...]:
+        """The buffers a batch of ``n`` chunks (``n_direct`` decoded in place, the last
+        ``n_host`` decoded on host cores) needs besides the output, in the order the decoder
+        takes them (each goes to the smallest free region that holds it)."""
+        return ()
 
     def scratch_budget(self, out_nbytes: int) -> int | None:
         """Most memory a read of ``out_nbytes`` may hold besides its output (None: no cap)."""

@@ -9,8 +9,13 @@ output. Two things reconcile the two:
 * a chunk whose place in the output is one contiguous run of bytes (plane chunks of a
   full-width read) decodes straight into that place and needs no slot;
 * the output bytes that later batches will write are free until then, so a batch may use
-  them as scratch. Only the tail of a read, where little of the output is left unwritten,
-  falls back to memory of its own, bounded by the read's budget.
+  them as scratch, together with memory of the read's own, bounded by its budget. Early
+  batches of a full read find most of the output unwritten; the last ones live mostly on
+  the read's own buffer.
+
+A batch's scratch is a few separate buffers (the decoder takes them one after another);
+each goes to the smallest free region that holds it (:func:`best_fit`), here when planning
+and in the decoder alike, so a batch planned to fit does fit.
 """
 
 from __future__ import annotations
@@ -43,8 +48,9 @@ class Placement:
     buffer: Any  # the output (None: no output geometry)
     direct: list[int | None]  # per task of the batch
     scratch: tuple[int, int] | None  # [start, stop) bytes of ``buffer`` unused until later
-    spare: Any = None  # else: the read's own scratch buffer (within its budget), if any
+    spare: Any = None  # the read's own scratch buffer (within its budget), if it needs one
     host: int = 0  # the batch's last ``host`` chunks are decoded on host cores
+    wants_spare: bool = False  # planned to fit only with the read's own buffer too
 
 
 def output_geometry(
@@ -81,19 +87,44 @@ def output_geometry(
     return OutputGeometry(work, int(work.nbytes), direct, written_end)
 
 
+def best_fit(rooms: Sequence[int], nbytes: int) -> int | None:
+    """Index of the smallest of ``rooms`` (free bytes per region) that holds ``nbytes``, the
+    first of equals; None when none does."""
+    best = None
+    for k, room in enumerate(rooms):
+        if nbytes <= room and (best is None or room < rooms[best]):
+            best = k
+    return best
+
+
+def fits(pieces: Sequence[int], rooms: Sequence[int]) -> bool:
+    """Whether buffers of ``pieces`` bytes, taken in this order by :func:`best_fit` and each
+    aligned to ``SLOT_ALIGN``, all fit in regions of ``rooms`` free bytes."""
+    left = list(rooms)
+    for piece in pieces:
+        if piece <= 0:
+            continue
+        k = best_fit(left, piece)
+        if k is None:
+            return False
+        left[k] = max(0, left[k] - _align(piece))
+    return True
+
+
 def plan_batches(
     n_tasks: int,
     max_chunks: Callable[[], int],
-    scratch_bytes: Callable[[int, int], int],
+    scratch_pieces: Callable[[int, int], Sequence[int]],
     geometry: OutputGeometry | None,
     budget: int | None,
 ) -> Iterator[tuple[int, int, Placement | None]]:
     """Yield (first, stop, placement) per batch, largest first-fit.
 
     ``max_chunks()`` is asked before each batch (it may learn, e.g. the compression ratio,
-    from batches already read); ``scratch_bytes(n, n_direct)`` is the memory a batch of n
-    chunks needs beyond the output; ``budget`` caps that memory where it cannot borrow the
-    output's (None: no cap)."""
+    from batches already read); ``scratch_pieces(n, n_direct)`` are the buffers a batch of n
+    chunks needs beyond the output, in the order the decoder takes them; ``budget`` is the
+    size of the read's own scratch buffer, which a batch uses beside the output bytes it
+    may borrow (None: no cap, buffers beyond the output are allocated as needed)."""
     direct_prefix = None
     if geometry is not None:
         direct_prefix = np.concatenate([[0], np.cumsum(geometry.direct >= 0)])
@@ -105,31 +136,33 @@ def plan_batches(
             i += limit
             continue
 
-        def n_direct(m: int, i: int = i) -> int:
-            return 0 if direct_prefix is None else int(direct_prefix[i + m] - direct_prefix[i])
+        def pieces(m: int, i: int = i) -> Sequence[int]:
+            n_direct = 0 if direct_prefix is None else int(direct_prefix[i + m] - direct_prefix[i])
+            return scratch_pieces(m, n_direct)
 
-        def fits_budget(m: int) -> bool:
-            return budget is None or scratch_bytes(m, n_direct(m)) <= budget
+        def free_from(m: int, i: int = i) -> int:
+            return _align(int(geometry.written_end[i + m - 1]))
 
-        def fits_output(m: int, i: int = i) -> bool:
-            if geometry is None:
-                return False
-            free_from = _align(int(geometry.written_end[i + m - 1]))
-            return scratch_bytes(m, n_direct(m)) <= geometry.nbytes - free_from
+        def tail(m: int) -> list[int]:
+            return [] if geometry is None else [max(0, geometry.nbytes - free_from(m))]
 
-        m_out = _largest(limit, fits_output)
-        m = max(m_out, _largest(limit, fits_budget), 1)
+        def fits_tail(m: int) -> bool:
+            return geometry is not None and fits(pieces(m), tail(m))
+
+        def fits_with_spare(m: int) -> bool:
+            return budget is None or fits(pieces(m), tail(m) + [budget])
+
+        m_tail = _largest(limit, fits_tail)
+        m = max(m_tail, _largest(limit, fits_with_spare), 1)
+        wants_spare = bool(budget) and m > m_tail
+        direct = [None] * m
+        scratch = None
         if geometry is not None:
-            use_output = m_out >= m
-            free_from = _align(int(geometry.written_end[i + m - 1]))
-            placement = Placement(
-                geometry.buffer,
-                [int(d) if d >= 0 else None for d in geometry.direct[i : i + m]],
-                (free_from, geometry.nbytes) if use_output else None,
-            )
-        else:
-            placement = Placement(None, [None] * m, None)
-        yield i, i + m, placement
+            direct = [int(d) if d >= 0 else None for d in geometry.direct[i : i + m]]
+            if free_from(m) < geometry.nbytes:
+                scratch = (free_from(m), geometry.nbytes)
+        buffer = None if geometry is None else geometry.buffer
+        yield i, i + m, Placement(buffer, direct, scratch, wants_spare=wants_spare)
         i += m
 
 

@@ -253,25 +253,28 @@ class ChunkedArrayReader:
             stored = per_chunk * self._stored_fraction * 1.1 + 512
             return max(1, min(by_decoded + host, int(staging // stored)))
 
-        def scratch_bytes(n: int, n_direct: int) -> int:
-            return self.backend.scratch_bytes(fmt, n, n_direct, self._stored_fraction, min(n, host))
+        def scratch_pieces(n: int, n_direct: int) -> tuple[int, ...]:
+            return self.backend.scratch_pieces(
+                fmt, n, n_direct, self._stored_fraction, min(n, host)
+            )
 
         budget = self.backend.scratch_budget(out_nbytes)
+        if budget is not None:
+            # the read's own buffer is shared by its batches (separate buffers of varying
+            # size per batch fragment the memory pool): as large as the budget, or as the
+            # largest batch needs on its own if that is less
+            budget = min(budget, sum(scratch_pieces(max_chunks(), 0)) * 5 // 4)
         spare = None
         for first, stop, placement in plan_batches(
-            len(tasks), max_chunks, scratch_bytes, geometry, budget
+            len(tasks), max_chunks, scratch_pieces, geometry, budget
         ):
             if placement is None:
                 yield tasks[first:stop], None
                 continue
             placement.host = min(stop - first, host)
-            if placement.scratch is None and self.backend.borrows_output:
-                # batches that cannot borrow the output share one buffer (separate buffers
-                # of varying size per batch fragment the memory pool), allocated once with
-                # room for the largest batch the budget allows
+            if placement.wants_spare:
                 if spare is None:
-                    largest = scratch_bytes(max_chunks(), 0) * 5 // 4
-                    spare = self.backend.empty((min(budget, largest),), np.dtype(np.uint8))
+                    spare = self.backend.empty((max(1, budget),), np.dtype(np.uint8))
                 placement.spare = spare
             yield tasks[first:stop], placement
 
@@ -404,6 +407,7 @@ class ChunkedArrayReader:
                     placement.scratch,
                     placement.spare,
                     sum(i >= host_from for i in present),
+                    placement.wants_spare,
                 )
             if placement is not None:
                 profile["host_chunks"] = profile.get("host_chunks", 0) + placement.host

@@ -118,27 +118,30 @@ class GpuBackend(Backend):
             return 0
         return self._host.share_of_read(fmt.nbytes, n_tasks)
 
-    def scratch_bytes(
+    def scratch_pieces(
         self, fmt: ChunkFormat, n: int, n_direct: int, stored_fraction: float, n_host: int = 0
-    ) -> int:
-        """Decoded slots, and for the chunks nvCOMP decodes their compressed bytes on the
-        device and nvCOMP's workspace: three times their decoded size by their sizes alone
-        (nvCOMP 6 zstd); where frames are sized (``LINUMPY_GPU_EXACT_WORKSPACE=1``), the
-        share of that which frames of this size needed so far (about half for zstd level
-        3). Host-decoded chunks need a slot at most."""
+    ) -> tuple[int, ...]:
+        """In the order the decoder takes them: slots for the host-decoded chunks, then for
+        the chunks nvCOMP decodes their compressed bytes on the device, their slots, and
+        nvCOMP's workspace: three times their decoded size by their sizes alone (nvCOMP 6
+        zstd); where frames are sized (``LINUMPY_GPU_EXACT_WORKSPACE=1``), the share of that
+        which frames of this size needed so far (about half for zstd level 3)."""
         stride = round_up(fmt.nbytes, SLOT_ALIGN)
         if not fmt.codecs or not gpu_decodable(fmt):
-            return n * stride
+            return (n * stride,)
         on_gpu = max(0, n - n_host)
-        slots = (n - n_direct) * stride
+        # which direct chunks fall in the host's share is not known here: the device's
+        direct_on_gpu = min(n_direct, on_gpu)
+        host_slots = (n - on_gpu - (n_direct - direct_on_gpu)) * stride
         if not on_gpu:
-            return slots
+            return (host_slots,)
         stored = on_gpu * (
             round_up(int(fmt.nbytes * stored_fraction * 1.1), SLOT_ALIGN) + SLOT_ALIGN
-        )
+        ) + (1 << 20)
+        slots = (on_gpu - direct_on_gpu) * stride
         temp = zstd_api().decompress_temp_bytes(on_gpu, fmt.nbytes, on_gpu * fmt.nbytes, 0)
         temp = int(temp * planned_temp_share(fmt.nbytes))
-        return stored + slots + round_up(temp, SLOT_ALIGN) + (1 << 20)
+        return (host_slots, stored, slots, round_up(temp, SLOT_ALIGN))
 
     def scratch_budget(self, out_nbytes: int) -> int:
         return max(int(self.scratch_fraction * out_nbytes), self.scratch_floor)
@@ -330,12 +333,10 @@ class GpuBackend(Backend):
             )
             if placement.scratch is not None:
                 start, stop = placement.scratch
-                workspace = Workspace(base + start, stop - start, placement.buffer)
-        if workspace.owner is None and placement is not None and placement.spare is not None:
-            # one buffer reused by every batch of the read: separate allocations of varying
-            # size per batch fragment the memory pool
+                workspace.add(base + start, stop - start, placement.buffer)
+        if placement is not None and placement.spare is not None:
             spare = placement.spare
-            workspace = Workspace(spare.data.ptr, spare.nbytes, spare)
+            workspace.add(spare.data.ptr, spare.nbytes, spare)
         # the batch's last chunks (as many as the plan gave the host) are decoded on host
         # cores while nvCOMP decodes the others
         host = placement.host if placement is not None and self._host is not None else 0

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.batching import SLOT_ALIGN
+from ..engine.batching import SLOT_ALIGN, best_fit
 from .kernels import FRAME_STATUS, kernel
 from .nvcomp_lib import exact_workspace_requested, zstd_api
 
@@ -100,26 +100,43 @@ def device_view(ptr: int, nbytes: int, owner: Any) -> Any:
 
 
 class Workspace:
-    """Device memory a decode may carve its buffers from (e.g. output bytes not yet
-    written); pieces that do not fit are allocated."""
+    """Device memory a decode may carve its buffers from (e.g. output bytes not yet written,
+    the read's own scratch buffer): each buffer goes to the smallest region that holds it,
+    as the batch planner assumed; buffers that fit nowhere are allocated."""
 
     def __init__(self, ptr: int = 0, size: int = 0, owner: Any = None):
-        self.ptr, self.size, self.owner, self.used = ptr, size, owner, 0
+        self.regions: list[list[Any]] = []  # [ptr, size, owner, used]
+        if owner is not None:
+            self.add(ptr, size, owner)
+
+    def add(self, ptr: int, size: int, owner: Any) -> None:
+        """Lend ``size`` bytes at device address ``ptr`` (kept alive by ``owner``)."""
+        self.regions.append([ptr, size, owner, 0])
+
+    @property
+    def used(self) -> int:
+        return sum(r[3] for r in self.regions)
+
+    def _rooms(self) -> list[int]:
+        return [max(0, size - round_up(used, SLOT_ALIGN)) for _, size, _, used in self.regions]
 
     def room(self) -> int | None:
-        """Bytes left to carve, or None when pieces are allocated as needed."""
-        if self.owner is None:
+        """The largest buffer that can still be carved, or None when nothing is lent
+        (buffers are allocated as needed)."""
+        if not self.regions:
             return None
-        return max(0, self.size - round_up(self.used, SLOT_ALIGN))
+        return max(self._rooms())
 
     def take(self, nbytes: int, stream: Any = None) -> Any:
         """A 1-D uint8 device array of ``nbytes`` (carved, else allocated on ``stream``)."""
         import cupy
 
-        start = round_up(self.used, SLOT_ALIGN)
-        if self.owner is not None and start + nbytes <= self.size:
-            self.used = start + nbytes
-            return device_view(self.ptr + start, nbytes, self.owner)
+        k = best_fit(self._rooms(), nbytes) if nbytes > 0 else None
+        if k is not None:
+            region = self.regions[k]
+            start = round_up(region[3], SLOT_ALIGN)
+            region[3] = start + nbytes
+            return device_view(region[0] + start, nbytes, region[2])
         if stream is None:
             return cupy.empty(max(nbytes, 1), dtype=np.uint8)
         with stream:
