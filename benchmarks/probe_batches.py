@@ -94,25 +94,36 @@ def main() -> None:
     ap.add_argument("path")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--json")
+    ap.add_argument("--switch", type=float, nargs="*", default=[sys.getswitchinterval()])
     args = ap.parse_args()
     results = {}
-    for exact in ("0", "1"):
-        os.environ["LINUMPY_GPU_EXACT_WORKSPACE"] = exact
-        result = timed_read(args.path, args.repeat)
-        results[f"exact_workspace={exact}"] = result
-        print(
-            f"LINUMPY_GPU_EXACT_WORKSPACE={exact}: {result['gbps']:.2f} GB/s, "
-            f"{len(result['batches'])} batches, decode {result['profile'].get('decode', 0):.3f} s"
-        )
-        print("  chunks  parts  sizing ms  decode ms  workspace MiB")
-        for b in result["batches"]:
-            print(
-                f"  {b['chunks']:6d}  {b['parts']:5d}  {b['sizing_ms']:9.1f}  "
-                f"{b.get('decode_ms', 0.0):9.1f}  {b.get('workspace_bytes', 0) / 2**20:13.0f}"
+    default_switch = sys.getswitchinterval()
+    for switch in args.switch:
+        sys.setswitchinterval(switch)
+        for exact in ("0", "1"):
+            os.environ["LINUMPY_GPU_EXACT_WORKSPACE"] = exact
+            result = timed_read(args.path, args.repeat)
+            results[f"exact_workspace={exact} switch={switch}"] = result
+            report(
+                f"LINUMPY_GPU_EXACT_WORKSPACE={exact}, switch interval {switch * 1e3:g} ms", result
             )
+    sys.setswitchinterval(default_switch)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+
+
+def report(title: str, result: dict[str, Any]) -> None:
+    print(
+        f"{title}: {result['gbps']:.2f} GB/s, {len(result['batches'])} batches, "
+        f"decode {result['profile'].get('decode', 0):.3f} s"
+    )
+    print("  chunks  parts  sizing ms  decode ms  workspace MiB")
+    for b in result["batches"]:
+        print(
+            f"  {b['chunks']:6d}  {b['parts']:5d}  {b['sizing_ms']:9.1f}  "
+            f"{b.get('decode_ms', 0.0):9.1f}  {b.get('workspace_bytes', 0) / 2**20:13.0f}"
+        )
 
 
 if __name__ == "__main__":

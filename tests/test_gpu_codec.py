@@ -125,6 +125,34 @@ def _drop_content_size(frame: bytes) -> bytes:
     return frame[:4] + bytes([new_fhd, (window_log - 10) << 3]) + frame[5 + fcs_size :]
 
 
+def test_workspace_carves_each_buffer_from_the_smallest_region_that_holds_it(cp):
+    """The decoder's side of the batch plan: the same best-fit rule over the output tail
+    and the read's own buffer, so a batch planned to fit takes no memory of its own."""
+    from linumpy_gpu.gpu.zstd_batch import Workspace
+
+    tail = cp.zeros(4096, dtype=np.uint8)
+    spare = cp.zeros(1024, dtype=np.uint8)
+    workspace = Workspace(tail.data.ptr, tail.nbytes, tail)
+    workspace.add(spare.data.ptr, spare.nbytes, spare)
+    assert workspace.room() == 4096
+
+    def region_of(buffer):
+        ptr = buffer.data.ptr
+        for name, region in (("tail", tail), ("spare", spare)):
+            if region.data.ptr <= ptr and ptr + buffer.nbytes <= region.data.ptr + region.nbytes:
+                return name
+        return "allocated"
+
+    comp = workspace.take(1000)  # fits both: the smaller one
+    slots = workspace.take(3000)  # only the tail holds it now
+    temp = workspace.take(1100)  # 1024 - 3072 left in the tail: allocated
+    assert [region_of(b) for b in (comp, slots, temp)] == ["spare", "tail", "allocated"]
+    assert workspace.used == 4000
+    assert workspace.room() == 4096 - 3072
+    slots[...] = 7  # carved views write where they say
+    assert int(tail[:3000].sum()) == 7 * 3000
+
+
 @pytest.mark.parametrize("checksum", [False, True])
 def test_frames_without_content_size_decode_on_gpu(cp, checksum):
     raw = volume(shape=(8, 64, 64)).tobytes()
