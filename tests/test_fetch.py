@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import linumpy_gpu.engine.fetch as fetch
-from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource
+from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource, coalesce
 
 MiB = 1 << 20
 
@@ -117,3 +117,19 @@ def test_io_threads_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("LINUMPY_GPU_IO_THREADS", "many")
     with pytest.raises(ValueError, match="LINUMPY_GPU_IO_THREADS"):
         LocalFileSource(tmp_path)
+
+
+def test_coalesce_bounds_runs_by_length_and_keeps_every_slice():
+    requests = [ByteRequest("s", 100 * i, 100) for i in range(10)] + [ByteRequest("s", 5000, 50)]
+    merged, where = coalesce(requests, max_gap=0, max_length=350)
+    assert [(r.offset, r.length) for r in merged] == [
+        (0, 300),
+        (300, 300),
+        (600, 300),
+        (900, 100),
+        (5000, 50),
+    ]
+    for request, (m, start, length) in zip(requests, where, strict=True):
+        assert merged[m].offset + start == request.offset and length == request.length
+    one_long = coalesce([ByteRequest("s", 0, 1000)], max_gap=0, max_length=10)[0]
+    assert [(r.offset, r.length) for r in one_long] == [(0, 1000)]

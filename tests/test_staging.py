@@ -6,9 +6,16 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
+import zarr
 
+from linumpy_gpu.engine.backend import CpuBackend
 from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource
+from linumpy_gpu.engine.reader import ChunkedArrayReader
+from linumpy_gpu.errors import ChunkDecodeError
 from linumpy_gpu.gpu.staging import ALIGN, Arena, StagingPool
+
+from .writers import volume, write_zarr_variant
 
 MiB = 1 << 20
 
@@ -76,3 +83,71 @@ def test_fetch_into_staging_reads_every_file_and_shard_range(tmp_path):
         assert bytes(view) == shard[request.offset : request.offset + request.length].tobytes()
         if len(view):
             assert batch.locate(view) is not None
+
+
+class StagedCpuBackend(CpuBackend):
+    """The CPU decoder fed the way the GPU backend is: every batch read into staging arenas,
+    inner chunks of a shard packed end to end there (``unaligned``) or one slot each."""
+
+    def __init__(self, unaligned: bool):
+        self.ring = host_pool(64 * MiB, MiB)
+        self.unaligned = unaligned
+        self.staged = 0
+        self.decoded = 0
+
+    def stages_unaligned(self, fmt):
+        return self.unaligned
+
+    def acquire_staging(self):
+        return self.ring.batch()
+
+    def release_staging(self, staging):
+        if staging is not None:
+            staging.release()
+
+    def decode(self, chunks, fmt, array, staging=None, placement=None):
+        self.staged += sum(staging.locate(data) is not None for _, data in chunks)
+        self.decoded += len(chunks)
+        return super().decode(chunks, fmt, array, staging)
+
+
+@pytest.mark.parametrize("variant", ["v3-sharded-zstd", "v3-sharded-blosc-crc"])
+@pytest.mark.parametrize("unaligned", [True, False])
+def test_shard_runs_are_read_whole_into_staging(tmp_path, variant, unaligned):
+    data = volume(shape=(30, 41, 44))
+    arr = write_zarr_variant(tmp_path / "a.zarr", variant, data, missing_fraction=0.1)
+    backend = StagedCpuBackend(unaligned)
+    reader = ChunkedArrayReader(arr, backend)
+    requests = []
+    fetch = reader.source.fetch
+
+    def counting_fetch(batch, *args, **kwargs):
+        if args and args[0] is not None:  # reads into staging (not the shard indexes)
+            requests.extend(batch)
+        return fetch(batch, *args, **kwargs)
+
+    reader.source.fetch = counting_fetch
+    expected = np.asarray(zarr.open_array(str(tmp_path / "a.zarr"))[...])
+    np.testing.assert_array_equal(reader.read(), expected)
+    region = (slice(3, 25), slice(7, 40), slice(None, None, 2))
+    np.testing.assert_array_equal(reader.read(region), expected[region])
+    assert backend.staged == backend.decoded > 0  # every chunk decoded from staging
+    if unaligned:  # adjacent inner chunks of a shard: one read per run
+        assert len(requests) < backend.decoded / 2
+    else:
+        assert len(requests) == backend.decoded
+    assert backend.ring.allocated <= backend.ring.cap
+
+
+def test_truncated_shard_is_reported_with_runs_read_whole(tmp_path):
+    data = volume(shape=(30, 41, 44))
+    arr = write_zarr_variant(tmp_path / "a.zarr", "v3-sharded-zstd", data, missing_fraction=0.0)
+    shard = next(p for p in sorted((tmp_path / "a.zarr" / "c").rglob("*")) if p.is_file())
+    blob = shard.read_bytes()
+    index_bytes = 16 * 8 + 4  # the index at the end: 8 inner chunks, then its crc32c
+    shard.write_bytes(blob[: (len(blob) - index_bytes) // 2] + blob[-index_bytes:])
+    reader = ChunkedArrayReader(arr, StagedCpuBackend(True))
+    with pytest.raises(ChunkDecodeError) as info:
+        reader.read()
+    assert "shorter than its index says" in str(info.value)
+    assert "c/0/0/0 (inner chunk" in str(info.value)

@@ -89,6 +89,11 @@ class Backend:
         """The error to raise when a read ran out of memory (after freeing what it held)."""
         return MemoryError(f"not enough memory for a {out_nbytes / 2**30:.2f} GiB read")
 
+    def stages_unaligned(self, fmt: ChunkFormat | None) -> bool:
+        """Whether chunks of ``fmt`` may start anywhere in staging (else each gets its own
+        aligned slot)."""
+        return True
+
     def acquire_staging(self) -> Any:
         """A staging area the fetch stage reads one batch into (its ``reserve`` allocates),
         or None for ordinary memory."""

@@ -351,9 +351,10 @@ def source_for(store: Any) -> ByteSource:
 
 
 def coalesce(
-    requests: Sequence[ByteRequest], max_gap: int = 1 << 20
+    requests: Sequence[ByteRequest], max_gap: int = 1 << 20, max_length: int | None = None
 ) -> tuple[list[ByteRequest], list[tuple[int, int, int]]]:
-    """Merge ranged requests on the same key whose gaps are at most ``max_gap`` bytes.
+    """Merge ranged requests on the same key whose gaps are at most ``max_gap`` bytes (and,
+    with ``max_length``, into runs no longer than that unless one request is).
 
     Returns the merged requests and, per input request, (merged index, start, length)
     to slice its bytes back out.
@@ -375,8 +376,10 @@ def coalesce(
     for i in order:
         r = requests[i]
         assert r.length is not None and r.suffix is None
-        if r.key == cur_key and r.offset <= cur_end + max_gap:
-            cur_end = max(cur_end, r.offset + r.length)
+        end = max(cur_end, r.offset + r.length)
+        short = max_length is None or end - cur_start <= max_length
+        if r.key == cur_key and r.offset <= cur_end + max_gap and short:
+            cur_end = end
             members.append(i)
             continue
         flush()

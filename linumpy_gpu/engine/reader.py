@@ -28,6 +28,9 @@ from .plan import ChunkTask, plan_chunks
 from .selection import Selection, normalize_selection
 from .sharding import ShardIndexError, index_request_args, inner_entry, parse_index, shard_coords
 
+# Longest run of adjacent inner chunks of a shard read into staging in one request.
+STAGED_RUN_BYTES = 8 << 20
+
 
 @dataclass
 class _Fetched:
@@ -347,6 +350,10 @@ class ChunkedArrayReader:
             requests.append(ByteRequest(shard_key, entry[0], entry[1]))
         if allocate is None:
             merged, where = coalesce(requests)
+        elif self.backend.stages_unaligned(layout.chunk):
+            # adjacent inner chunks in one read each (fewer, larger reads: a cold disk
+            # serves them faster); the chunks then start anywhere in staging
+            merged, where = coalesce(requests, max_gap=0, max_length=STAGED_RUN_BYTES)
         else:  # each inner chunk to its own aligned staging slot, ready for the device
             merged, where = requests, [(k, 0, r.length or 0) for k, r in enumerate(requests)]
         hint = sum(r.length or 0 for r in merged) // max(1, len(merged))

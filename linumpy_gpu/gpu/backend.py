@@ -113,6 +113,13 @@ class GpuBackend(Backend):
             return None
         return KvikioFileSource(root) if kvikio_available() else None
 
+    def stages_unaligned(self, fmt: ChunkFormat | None) -> bool:
+        """Compressed chunks only (raw chunks are used in place, by typed loads), and for
+        nvCOMP only where it takes frames at any address (zstd: alignment 1)."""
+        if fmt is None or not fmt.codecs:
+            return False
+        return not gpu_decodable(fmt) or int(zstd_api().decompress_alignments.input) <= 1
+
     def host_chunks(self, fmt: ChunkFormat, n_tasks: int) -> int:
         if self._host is None or not gpu_decodable(fmt):
             return 0
