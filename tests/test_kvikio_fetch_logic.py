@@ -31,15 +31,24 @@ class FakeKvikio:
         self.most_open = 0
         self.futures: list = []
         self.handles: list = []
+        self.pending_bytes = 0  # submitted, not yet waited for by the fetch
+        self.most_pending_bytes = 0
         self.threads = 1
         self.fail_on = fail_on
         fake = self
 
         class IOFuture:
-            def __init__(self, future):
+            def __init__(self, future, size):
                 self._future = future
+                self._size = size
+                with fake.lock:
+                    fake.pending_bytes += size
+                    fake.most_pending_bytes = max(fake.most_pending_bytes, fake.pending_bytes)
 
             def get(self) -> int:
+                with fake.lock:
+                    fake.pending_bytes -= self._size
+                    self._size = 0
                 return self._future.result()
 
         class CuFile:
@@ -71,7 +80,7 @@ class FakeKvikio:
 
                 future = fake.pool.submit(read)
                 fake.futures.append(future)
-                return IOFuture(future)
+                return IOFuture(future, size)
 
             def close(self) -> None:
                 if not self.closed:
@@ -131,22 +140,32 @@ def test_same_bytes_as_the_pread_source(fake_kvikio, files, staged, slow_storage
         assert fake.most_open > kvikio_fetch.WARM_READS + 1
 
 
-@pytest.mark.parametrize("read_bytes", [60_000, 6 << 20])
-def test_slow_storage_bounds_the_bytes_in_flight(fake_kvikio, files, read_bytes, monkeypatch):
-    """On slow storage, small reads go many at a time, large ones (per the size hint) only
-    as many as SLOW_BYTES_IN_FLIGHT holds (never fewer than on the page cache)."""
+def test_slow_storage_bounds_the_bytes_in_flight(fake_kvikio, files, monkeypatch):
+    """On slow storage, small files go many at a time (up to OPEN_FILES), large reads only
+    as many as SLOW_BYTES_IN_FLIGHT holds: also the runs of one shard file, which are waited
+    for as they go rather than all at once."""
     fake = fake_kvikio()
     root, blobs = files
     source = kvikio_fetch.KvikioFileSource(root)
     source.slow_storage = True
-    got = source.fetch([ByteRequest(k) for k in blobs], size_hint=read_bytes)
+    got = source.fetch([ByteRequest(k) for k in blobs])
     assert [bytes(v) for v in got] == list(blobs.values())
-    expected = max(
-        kvikio_fetch.WARM_READS,
-        min(kvikio_fetch.OPEN_FILES, kvikio_fetch.SLOW_BYTES_IN_FLIGHT // read_bytes),
-    )
-    assert expected == (kvikio_fetch.OPEN_FILES if read_bytes < 1 << 20 else 8)
-    assert expected - 1 <= fake.most_open - 1 <= expected
+    assert fake.most_open - 1 == kvikio_fetch.OPEN_FILES  # 60 KB each: far below the bytes
+
+    bound = 1 << 20
+    monkeypatch.setattr(kvikio_fetch, "SLOW_BYTES_IN_FLIGHT", bound)
+    run = 100_000
+    shard = os.urandom(40 * run)
+    (root / "shard").write_bytes(shard)
+    fake = fake_kvikio()
+    source = kvikio_fetch.KvikioFileSource(root)
+    source.slow_storage = True
+    runs = [ByteRequest("shard", k * run, run) for k in range(40)]
+    got = source.fetch(runs + [ByteRequest(k) for k in list(blobs)[:30]])
+    assert [bytes(v) for v in got[:40]] == [shard[k * run : (k + 1) * run] for k in range(40)]
+    assert [bytes(v) for v in got[40:]] == list(blobs.values())[:30]
+    assert bound < fake.most_pending_bytes <= bound + run
+    assert fake.open_now == 0 and all(h.closed for h in fake.handles)
 
 
 def test_a_failed_read_names_its_file_after_every_read_finished(fake_kvikio, files):
@@ -156,6 +175,20 @@ def test_a_failed_read_names_its_file_after_every_read_finished(fake_kvikio, fil
         kvikio_fetch.KvikioFileSource(root).fetch([ByteRequest(k) for k in blobs])
     assert "EOF" in str(info.value)
     # nothing kvikio was given is still writing into the caller's buffers, no file is open
+    assert all(f.done() for f in fake.futures)
+    assert fake.open_now == 0
+
+
+def test_a_failed_run_of_a_shard_read_in_groups_closes_it(fake_kvikio, files, monkeypatch):
+    monkeypatch.setattr(kvikio_fetch, "SLOW_BYTES_IN_FLIGHT", 1 << 20)
+    root, blobs = files
+    (root / "shard").write_bytes(bytes(4_000_000))
+    fake = fake_kvikio(fail_on="shard")
+    source = kvikio_fetch.KvikioFileSource(root)
+    source.slow_storage = True
+    runs = [ByteRequest("shard", k * 100_000, 100_000) for k in range(40)]
+    with pytest.raises(OSError, match="shard"):
+        source.fetch([ByteRequest(k) for k in list(blobs)[:5]] + runs)
     assert all(f.done() for f in fake.futures)
     assert fake.open_now == 0
 

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.fetch import (
@@ -39,7 +40,8 @@ WARM_READS = 8
 PROBE_BYTES = 8 << 20
 # On slower storage, reads in flight are bounded by their bytes, not only their number (H200
 # host, cold cache: 128 reads of 330 KB reached the disk's rate; 128 reads of 2.7 MB only
-# 46% of it, 8 of them 85%).
+# 46% of it, 8 of them 85%). Counted per read as submitted: a shard's inner chunks come as
+# runs of several MiB each.
 SLOW_BYTES_IN_FLIGHT = 48 << 20
 # kvikio's pool size when the user has not chosen one (KVIKIO_NTHREADS): as many reads in
 # flight as a disk wants; on the page cache extra threads cost nothing here (no GIL).
@@ -79,6 +81,17 @@ def _configure_pool() -> None:
         _configured = True
 
 
+@dataclass
+class _ReadGroup:
+    """Reads of one file submitted together, waited for together."""
+
+    path: str
+    handle: Any
+    reads: list[tuple[int, memoryview, Any]] = field(default_factory=list)
+    nbytes: int = 0
+    closes: bool = True  # the file's last group: close it once done
+
+
 class KvikioFileSource(LocalFileSource):
     """Reads files under ``root`` with kvikio (``pread`` into the caller's buffers, e.g. the
     pinned staging ring); the same requests and results as :class:`LocalFileSource`."""
@@ -99,29 +112,40 @@ class KvikioFileSource(LocalFileSource):
         by_key: dict[str, list[int]] = {}
         for i, r in enumerate(requests):
             by_key.setdefault(r.key, []).append(i)
-        in_flight: deque[tuple[str, Any, list[tuple[int, memoryview, Any]]]] = deque()
+        # reads of one file go in groups, waited for oldest first; a file closes with its
+        # last group (a shard's runs are waited for as they go, not all at once)
+        in_flight: deque[_ReadGroup] = deque()
         self._fetches += 1
         probing = not self.slow_storage or self._fetches % REPROBE == 0
-        slow_limit = max(
-            WARM_READS, min(OPEN_FILES, SLOW_BYTES_IN_FLIGHT // max(1, size_hint or 1))
-        )
-        limit = WARM_READS if probing else slow_limit
+        # (reads, bytes) in flight: a number of reads on the page cache, bytes on storage
+        limit = (WARM_READS, None) if probing else (OPEN_FILES, SLOW_BYTES_IN_FLIGHT)
         outstanding = 0
+        outstanding_bytes = 0
         done_bytes = 0
         t0 = time.perf_counter()
 
         def collect() -> None:
-            # the oldest file's reads; while probing, the first PROBE_BYTES read decide the
-            # window for the rest of this fetch (a cold read's first batch is often large)
-            nonlocal outstanding, done_bytes, probing, limit
-            path, handle, reads = in_flight.popleft()
-            outstanding -= len(reads)
-            self._finish(path, handle, reads, out)
-            done_bytes += sum(len(view) for _, view, _ in reads)
+            # the oldest group; while probing, the first PROBE_BYTES read decide the window
+            # for the rest of this fetch (a cold read's first batch is often large)
+            nonlocal outstanding, outstanding_bytes, done_bytes, probing, limit
+            group = in_flight.popleft()
+            nbytes = group.nbytes
+            outstanding -= len(group.reads)
+            outstanding_bytes -= nbytes
+            self._finish(group, out)
+            done_bytes += nbytes
             if probing and done_bytes >= PROBE_BYTES:
                 probing = False
                 self.slow_storage = self._slow(done_bytes, time.perf_counter() - t0)
-                limit = slow_limit if self.slow_storage else WARM_READS
+                limit = (OPEN_FILES, SLOW_BYTES_IN_FLIGHT) if self.slow_storage else limit
+
+        def too_many() -> bool:
+            reads, nbytes = limit
+            return (
+                outstanding > reads
+                or (nbytes is not None and outstanding_bytes > nbytes)
+                or len(in_flight) > OPEN_FILES
+            )
 
         try:
             for key, members in by_key.items():
@@ -132,27 +156,38 @@ class KvikioFileSource(LocalFileSource):
                     if not os.path.isfile(path):  # a missing chunk: the fill value
                         continue
                     raise OSError(f"could not open {path}: {exc}") from None
-                reads: list[tuple[int, memoryview, Any]] = []
-                in_flight.append((path, handle, reads))
+                group = _ReadGroup(path, handle)
+                in_flight.append(group)
                 size = os.fstat(handle.fileno()).st_size
                 spans = spans_in_file([requests[i] for i in members], size)
-                for i, (start, end) in zip(members, spans, strict=True):
+                for k, (i, (start, end)) in enumerate(zip(members, spans, strict=True)):
                     length = end - start
                     view = allocate(length) if allocate is not None and length else None
                     if view is None:
                         view = memoryview(bytearray(length))
-                    reads.append((i, view, handle.pread(view, length, start) if length else None))
-                outstanding += len(reads)
-                while in_flight and (outstanding > limit or len(in_flight) > OPEN_FILES):
+                    future = handle.pread(view, length, start) if length else None
+                    group.reads.append((i, view, future))
+                    group.nbytes += length
+                    outstanding += 1
+                    outstanding_bytes += length
+                    if too_many() and k + 1 < len(members):
+                        group.closes = False  # more of this file follows in a new group
+                        group = _ReadGroup(path, handle)
+                        in_flight.append(group)
+                        while len(in_flight) > 1 and too_many():
+                            collect()
+                while len(in_flight) > 1 and too_many():
                     collect()
             while in_flight:
                 collect()
         finally:
             # kvikio's threads write into buffers the caller reuses: never return before
-            # every submitted read is done, whatever failed
-            for path, handle, reads in in_flight:
+            # every submitted read is done, whatever failed; every file opened is closed
+            handles = {id(g.handle): g for g in in_flight}
+            for group in in_flight:
+                group.closes = handles[id(group.handle)] is group
                 with contextlib.suppress(Exception):
-                    self._finish(path, handle, reads, out)
+                    self._finish(group, out)
         return out
 
     @staticmethod
@@ -160,18 +195,18 @@ class KvikioFileSource(LocalFileSource):
         return nbytes / max(seconds, 1e-9) / WARM_READS < SLOW_THREAD_RATE
 
     @staticmethod
-    def _finish(
-        path: str, handle: Any, reads: list[tuple[int, memoryview, Any]], out: list
-    ) -> None:
-        """Wait for every read of one file (all of them, even after one failed), close it."""
+    def _finish(group: _ReadGroup, out: list) -> None:
+        """Wait for every read of a group (all of them, even after one failed); close its
+        file after its last group."""
         error = None
-        for i, view, future in reads:
+        for i, view, future in group.reads:
             try:
                 done = future.get() if future is not None else 0
             except Exception as exc:
                 error = error or exc
                 continue
             out[i] = view if done == len(view) else view[:done]
-        handle.close()
+        if group.closes:
+            group.handle.close()
         if error is not None:
-            raise OSError(f"could not read {path}: {error}") from error
+            raise OSError(f"could not read {group.path}: {error}") from error
