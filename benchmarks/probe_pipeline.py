@@ -59,7 +59,7 @@ def fetch_only(level) -> tuple[float, int]:
     nbytes = sel.size * layout.dtype.itemsize
     t0 = time.perf_counter()
     stored = 0
-    for batch, placement in reader._batches(tasks, None, nbytes):
+    for batch, placement in reader._batches(tasks, None, nbytes, True):
         fetched = reader._fetch(batch, placement)
         stored += sum(len(d) for d in fetched.data if d is not None)
         reader.backend.release_staging(fetched.staging)

@@ -68,7 +68,7 @@ class ScribblingBackend(CpuBackend):
         on_device = n - n_host
         return ((n - n_direct) * fmt.nbytes, int(on_device * fmt.nbytes * self.per_chunk_scratch))
 
-    def scratch_budget(self, out_nbytes):
+    def scratch_budget(self, out_nbytes, whole_level=True):
         return self.budget
 
     def decode(self, chunks, fmt, array, staging=None, placement=None):
@@ -204,8 +204,10 @@ def test_plan_batches_respects_budget_and_order():
         if placement.wants_spare:
             rooms.append(budget)
         assert fits(need(n, 0), rooms)
-        # no larger batch would have fit what it was lent
-        if stop < len(tasks) and n < 64:
+        # no larger batch would have fit what it was lent (batches are at most 64 chunks,
+        # of even size where the chunks left need several)
+        left = len(tasks) - first
+        if stop < len(tasks) and n < -(-left // -(-left // 64)):
             tail = geometry.nbytes - -(-int(geometry.written_end[stop]) // 256) * 256
             assert not fits(need(n + 1, 0), [max(0, tail), budget])
     # big early batches borrow the output alone; later ones add the read's own buffer, and
@@ -215,6 +217,57 @@ def test_plan_batches_respects_budget_and_order():
     both = [p for _, _, p in batches if p.wants_spare and p.scratch is not None]
     assert both, "no batch used the output tail and the spare together"
     assert len(batches) < 2 + len(tasks) // 10  # the spare alone holds 10 chunks
+
+
+def test_batches_bounded_by_count_are_of_even_size():
+    def sizes(n_tasks, cap):
+        return [
+            stop - first for first, stop, _ in plan_batches(n_tasks, lambda: cap, None, None, None)
+        ]
+
+    assert sizes(10, 4) == [4, 3, 3]
+    assert sizes(8, 4) == [4, 4]
+    assert sizes(3, 4) == [3]
+    assert sizes(601, 268) == [201, 200, 200]
+
+
+class BudgetRecordingBackend(ScribblingBackend):
+    """Remembers whether each read asked for a full level's budget or a region's, and the
+    spare buffers it was given."""
+
+    def __init__(self, budget, region_budget):
+        super().__init__(budget)
+        self.region_budget = region_budget
+        self.asked: list[bool] = []
+        self.spare_sizes: list[int] = []
+
+    def scratch_budget(self, out_nbytes, whole_level=True):
+        self.asked.append(whole_level)
+        return self.budget if whole_level else self.region_budget
+
+    def empty(self, shape, dtype):
+        if np.dtype(dtype) == np.uint8 and len(shape) == 1:
+            self.spare_sizes.append(int(np.prod(shape)))
+        return super().empty(shape, dtype)
+
+
+def test_region_reads_get_the_region_budget_and_only_what_their_batches_need(tmp_path):
+    arr, data = _array(tmp_path, (37, 61, 45), (8, 16, 16))
+    per_chunk = 8 * 16 * 16 * 2
+    backend = BudgetRecordingBackend(budget=20_000, region_budget=1 << 30)
+    reader = ChunkedArrayReader(arr, backend)
+    np.testing.assert_array_equal(reader.read(()), data)
+    np.testing.assert_array_equal(
+        reader.read((slice(0, 8), slice(0, 16), slice(0, 30))), data[:8, :16, :30]
+    )
+    tiles = [(slice(0, 8), slice(0, 16), slice(0, 16)), (slice(9, 20), slice(3, 9), slice(40, 45))]
+    for got, tile in zip(reader.read_regions(tiles), tiles, strict=True):
+        np.testing.assert_array_equal(got, data[tile])
+    assert backend.asked == [True, False, False]
+    # the region read touches 2 chunks, the tiles 1 + 2: its own buffer is sized for those
+    # batches (slots and a workspace of twice their size, with a quarter to spare), not for
+    # the 1 GiB it may hold
+    assert backend.spare_sizes[-2:] == [2 * 3 * per_chunk * 5 // 4, 3 * 3 * per_chunk * 5 // 4]
 
 
 def test_best_fit_takes_the_smallest_region_that_holds_a_buffer():

@@ -201,6 +201,22 @@ def test_read_too_large_for_the_gpu_says_so_and_holds_nothing(tmp_path, cp):
     assert pool.used_bytes() == before
 
 
+def test_region_reads_may_hold_more_scratch_than_full_levels(cp):
+    from linumpy_gpu.gpu.backend import GpuBackend
+
+    backend = GpuBackend(0, scratch_floor=1 << 20, region_scratch=1 << 30)
+    out = 64 << 20
+    assert backend.scratch_budget(out) == out // 4  # a full level: a quarter of its output
+    # a region: up to region_scratch, within half the free memory
+    region = backend.scratch_budget(out, whole_level=False)
+    assert out // 4 < region <= min(1 << 30, backend.free_bytes() // 2 + (1 << 20))
+    # never less than a full level would get, whatever is free
+    small = GpuBackend(0, scratch_floor=1 << 20, region_scratch=1 << 10)
+    assert small.scratch_budget(out, whole_level=False) == out // 4
+    with pytest.raises(ValueError, match="region_scratch"):
+        GpuBackend(0, region_scratch=-1)
+
+
 def test_pinned_staging_stays_within_its_cap(tmp_path, cp):
     from linumpy_gpu.gpu.staging import staging_pool
 

@@ -78,8 +78,9 @@ class Backend:
         takes them (each goes to the smallest free region that holds it)."""
         return ()
 
-    def scratch_budget(self, out_nbytes: int) -> int | None:
-        """Most memory a read of ``out_nbytes`` may hold besides its output (None: no cap)."""
+    def scratch_budget(self, out_nbytes: int, whole_level: bool = True) -> int | None:
+        """Most memory a read of ``out_nbytes`` may hold besides its output (None: no cap);
+        ``whole_level``: the read is a full level (device backends bound those tighter)."""
         return None
 
     def reserve_for_read(self, out_nbytes: int, batch_bytes: int) -> None:

@@ -130,7 +130,7 @@ def plan_batches(
         direct_prefix = np.concatenate([[0], np.cumsum(geometry.direct >= 0)])
     i = 0
     while i < n_tasks:
-        limit = max(1, min(max_chunks(), n_tasks - i))
+        limit = _even(n_tasks - i, max(1, max_chunks()))
         if budget is None and geometry is None:
             yield i, i + limit, None
             i += limit
@@ -164,6 +164,14 @@ def plan_batches(
         buffer = None if geometry is None else geometry.buffer
         yield i, i + m, Placement(buffer, direct, scratch, wants_spare=wants_spare)
         i += m
+
+
+def _even(left: int, cap: int) -> int:
+    """The size of the next batch when ``left`` chunks go in batches of at most ``cap``:
+    as few batches as that takes, of even size (a small last batch would still cost a
+    whole decoder latency; the first batch's fetch is not overlapped, so smaller is
+    sooner)."""
+    return -(-left // -(-left // cap))
 
 
 def _largest(limit: int, ok: Callable[[int], bool]) -> int:

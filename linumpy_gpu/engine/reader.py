@@ -7,6 +7,7 @@ the bytes of batch k+1 are fetched while batch k is decoded and assembled.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 import warnings
@@ -132,7 +133,7 @@ class ChunkedArrayReader:
                 tasks, work, layout.chunk_shape, layout.dtype.itemsize, plain
             )
         out_nbytes = sel.size * layout.dtype.itemsize
-        batches = self._batches(tasks, geometry, out_nbytes)
+        batches = self._batches(tasks, geometry, out_nbytes, sel.size == math.prod(layout.shape))
         profile["plan"] = time.perf_counter() - t_start
         if progress is not None:
             progress.reset(total=len(tasks))
@@ -171,7 +172,8 @@ class ChunkedArrayReader:
         unique = [pairs[0][1] for pairs in feeds.values()]
         profile = _new_profile()
         out_nbytes = sum(s.size for s in sels) * layout.dtype.itemsize
-        batches = self._batches(unique, None, out_nbytes)
+        whole_level = any(s.size == math.prod(layout.shape) for s in sels)
+        batches = self._batches(unique, None, out_nbytes, whole_level)
         _, profile["batches"] = self._run_batches(
             batches, len(unique), lambda f, i: feeds[f.tasks[i].coords], profile, None, "raise"
         )
@@ -238,7 +240,7 @@ class ChunkedArrayReader:
         return self.backend.batch_bytes(read_nbytes)
 
     def _batches(
-        self, tasks: list[ChunkTask], geometry: Any, out_nbytes: int
+        self, tasks: list[ChunkTask], geometry: Any, out_nbytes: int, whole_level: bool
     ) -> Iterator[tuple[list[ChunkTask], Placement | None]]:
         fmt = self.layout.chunk
         per_chunk = fmt.nbytes if fmt else 1
@@ -261,12 +263,13 @@ class ChunkedArrayReader:
                 fmt, n, n_direct, self._stored_fraction, min(n, host)
             )
 
-        budget = self.backend.scratch_budget(out_nbytes)
+        budget = self.backend.scratch_budget(out_nbytes, whole_level)
         if budget is not None:
             # the read's own buffer is shared by its batches (separate buffers of varying
             # size per batch fragment the memory pool): as large as the budget, or as the
             # largest batch needs on its own if that is less
-            budget = min(budget, sum(scratch_pieces(max_chunks(), 0)) * 5 // 4)
+            largest = min(max_chunks(), len(tasks))
+            budget = min(budget, sum(scratch_pieces(largest, 0)) * 5 // 4)
         spare = None
         for first, stop, placement in plan_batches(
             len(tasks), max_chunks, scratch_pieces, geometry, budget

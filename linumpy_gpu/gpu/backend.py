@@ -39,6 +39,12 @@ MAX_BATCH_BYTES = 2 << 30
 # SCRATCH_FLOOR (small reads need a batch's worth of decoder workspace to be fast).
 SCRATCH_FRACTION = env_float("LINUMPY_GPU_SCRATCH_FRACTION", 0.25)
 SCRATCH_FLOOR = env_int("LINUMPY_GPU_SCRATCH_FLOOR", 1 << 30)
+# Reads of part of a level (tiles, read_regions) decode several times their output's bytes
+# (a 256^3 tile of 128^3 chunks: 27 chunks, 3.4x) and nvCOMP is fast only with many chunks
+# in flight, so they may hold more: up to this much (default: 1/16 of the device's memory,
+# at most 8 GiB), and never more than half of what is free when they start.
+REGION_SCRATCH = env_int("LINUMPY_GPU_REGION_SCRATCH", None)
+REGION_SCRATCH_MAX = 8 << 30
 
 _local = threading.local()
 
@@ -58,12 +64,16 @@ class GpuBackend(Backend):
         *,
         scratch_fraction: float | None = None,
         scratch_floor: int | None = None,
+        region_scratch: int | None = None,
         host_threads: int | None = None,
     ):
         """``scratch_fraction`` / ``scratch_floor``: device memory a read may hold besides
         its output, as a fraction of the output with a floor in bytes (defaults 0.25 and
         1 GiB, or ``LINUMPY_GPU_SCRATCH_FRACTION`` / ``LINUMPY_GPU_SCRATCH_FLOOR``). More
         memory means larger nvCOMP batches, which is faster (see docs/performance.md).
+        ``region_scratch``: the most a read of part of a level may hold besides its output
+        (default 1/16 of the device's memory, at most 8 GiB, or
+        ``LINUMPY_GPU_REGION_SCRATCH``), within half the free memory.
 
         ``host_threads``: host threads that decode part of every zstd batch while nvCOMP
         decodes the rest (default: all cores but two, or ``LINUMPY_GPU_HOST_THREADS``;
@@ -72,8 +82,10 @@ class GpuBackend(Backend):
 
         self.scratch_fraction = SCRATCH_FRACTION if scratch_fraction is None else scratch_fraction
         self.scratch_floor = SCRATCH_FLOOR if scratch_floor is None else int(scratch_floor)
-        if self.scratch_fraction < 0 or self.scratch_floor < 0:
-            raise ValueError("scratch_fraction and scratch_floor must be >= 0")
+        if region_scratch is None:
+            region_scratch = REGION_SCRATCH
+        if self.scratch_fraction < 0 or self.scratch_floor < 0 or (region_scratch or 0) < 0:
+            raise ValueError("scratch_fraction, scratch_floor and region_scratch must be >= 0")
         self.host_threads = DEFAULT_THREADS if host_threads is None else int(host_threads)
         if self.host_threads < 0:
             raise ValueError(f"host_threads must be >= 0, got {host_threads}")
@@ -81,6 +93,9 @@ class GpuBackend(Backend):
         self.xp = cupy
         self.device = cupy.cuda.Device(cupy.cuda.Device().id if ordinal is None else ordinal)
         self.name = f"cuda:{self.device.id}"
+        if region_scratch is None:
+            region_scratch = min(REGION_SCRATCH_MAX, int(self.device.mem_info[1]) // 16)
+        self.region_scratch = int(region_scratch)
         self._cpu = CpuBackend()
         self._host = host_decoder(self.device.id, self.host_threads) if self.host_threads else None
 
@@ -150,8 +165,11 @@ class GpuBackend(Backend):
         temp = int(temp * planned_temp_share(fmt.nbytes))
         return (host_slots, stored, slots, round_up(temp, SLOT_ALIGN))
 
-    def scratch_budget(self, out_nbytes: int) -> int:
-        return max(int(self.scratch_fraction * out_nbytes), self.scratch_floor)
+    def scratch_budget(self, out_nbytes: int, whole_level: bool = True) -> int:
+        base = max(int(self.scratch_fraction * out_nbytes), self.scratch_floor)
+        if whole_level or self.region_scratch <= base:
+            return base
+        return max(base, min(self.region_scratch, self.free_bytes() // 2))
 
     def reserve_for_read(self, out_nbytes: int, batch_bytes: int) -> None:
         need = out_nbytes + self.scratch_budget(out_nbytes)
