@@ -43,14 +43,24 @@ class ScribblingBackend(CpuBackend):
 
     borrows_output = True
 
-    def __init__(self, budget: int, per_chunk_scratch: float = 2.0, host: int = 0):
+    def __init__(
+        self, budget: int, per_chunk_scratch: float = 2.0, host: int = 0, movable: bool = False
+    ):
         self.budget = budget
         self.per_chunk_scratch = per_chunk_scratch
         self.host = host
+        self.movable = movable
         self.lent: list[tuple[int, int]] = []
         self.in_place = 0
         self.host_decoded = 0
+        self.moved = 0
         self.spares: set[int] = set()
+
+    def movable_slots(self, fmt):
+        # like nvCOMP's: slots decode in the batch's own output bytes, then move into the
+        # workspace (the second piece); here only without a host share, whose slots count
+        # in the same piece
+        return 0 if self.movable and not self.host else None
 
     def batch_bytes(self, read_nbytes):
         return 1 << 40
@@ -90,9 +100,19 @@ class ScribblingBackend(CpuBackend):
             self.spares.add(id(placement.spare))
             regions.append(placement.spare)
         n_direct = sum(d is not None for d in placement.direct)
-        need = self.scratch_pieces(fmt, len(chunks), n_direct, 1.0, placement.host)
+        need = list(self.scratch_pieces(fmt, len(chunks), n_direct, 1.0, placement.host))
         if placement.wants_spare:
             assert placement.spare is not None
+        own = None
+        if placement.own is not None:
+            assert self.movable_slots(fmt) == 0 and n_direct == 0
+            start, stop = placement.own
+            assert stop <= placement.buffer.nbytes and (
+                placement.scratch is None or stop <= placement.scratch[0]
+            )
+            own = flat[start:stop]
+            own[...] = 0xCD  # where the slots decode: never anyone's placed data
+            need[0] = 0
         # what the plan promised: the batch's buffers fit the regions it was lent (a batch
         # of one chunk goes ahead whatever it needs: the decoder allocates the rest)
         fitted = fits(need, [r.size for r in regions])
@@ -107,6 +127,8 @@ class ScribblingBackend(CpuBackend):
                 out.append(PLACED)
             else:
                 out.append(raw)
+        if own is not None:
+            return self._decode_moving(out, own, regions, need[1])
         # slots for the chunks to be placed live in the lent bytes (host slots first, as the
         # GPU backend carves them), each in the smallest region that holds it
         used = [0] * len(regions)
@@ -122,6 +144,25 @@ class ScribblingBackend(CpuBackend):
                 slot[...] = raw
                 out[k] = slot
                 used[r] += raw.size
+        return out
+
+    def _decode_moving(self, out, own, regions, workspace_bytes):
+        """Slots decoded in the batch's own output bytes, then moved into the workspace."""
+        slots, at = [], 0
+        for k, raw in enumerate(out):
+            if isinstance(raw, np.ndarray):
+                assert at + raw.size <= own.size, "the slots outgrow the batch's own bytes"
+                own[at : at + raw.size] = raw
+                slots.append((k, at, raw.size))
+                at += raw.size
+        r = best_fit([reg.size for reg in regions], workspace_bytes)
+        workspace = regions[r][:workspace_bytes] if r is not None else np.empty(at, np.uint8)
+        assert workspace.size >= at
+        for k, offset, size in slots:
+            workspace[offset : offset + size] = own[offset : offset + size]
+            out[k] = workspace[offset : offset + size]
+        own[...] = 0xEF  # placing may write there first: the moved slots must not care
+        self.moved += len(slots)
         return out
 
 
@@ -145,10 +186,12 @@ def _array(tmp_path, shape, chunks, **kw):
     ],
 )
 @pytest.mark.parametrize("budget", [0, 20_000, 200_000])
-@pytest.mark.parametrize("host", [0, 3])
-def test_borrowed_scratch_never_overwrites_placed_data(tmp_path, shape, chunks, budget, host):
+@pytest.mark.parametrize("host, movable", [(0, False), (3, False), (0, True)])
+def test_borrowed_scratch_never_overwrites_placed_data(
+    tmp_path, shape, chunks, budget, host, movable
+):
     arr, data = _array(tmp_path, shape, chunks)
-    backend = ScribblingBackend(budget, host=host)
+    backend = ScribblingBackend(budget, host=host, movable=movable)
     reader = ChunkedArrayReader(arr, backend)
     np.testing.assert_array_equal(reader.read(), data)
     assert reader.last_profile["batches"] > 1
@@ -158,6 +201,8 @@ def test_borrowed_scratch_never_overwrites_placed_data(tmp_path, shape, chunks, 
         assert backend.in_place > 0
     if budget < 100_000:  # a budget too small for big batches: they borrow the output
         assert backend.lent, "no batch borrowed output memory"
+    if movable and chunks[1:] != shape[1:]:
+        assert backend.moved > 0, "no batch decoded its slots in its own output bytes"
     region = (slice(3, 30), slice(5, 60), slice(None))
     np.testing.assert_array_equal(reader.read(region), data[region])
     out = np.empty(data[region].shape, dtype=data.dtype)
@@ -268,6 +313,35 @@ def test_region_reads_get_the_region_budget_and_only_what_their_batches_need(tmp
     # batches (slots and a workspace of twice their size, with a quarter to spare), not for
     # the 1 GiB it may hold
     assert backend.spare_sizes[-2:] == [2 * 3 * per_chunk * 5 // 4, 3 * 3 * per_chunk * 5 // 4]
+
+
+def test_slots_decoded_in_a_batch_own_output_bytes_make_fewer_batches():
+    shape, chunks = (64, 32, 32), (4, 8, 8)
+    tasks = list(plan_chunks(normalize_selection((), shape), shape, chunks))
+    geometry = output_geometry(tasks, np.empty(shape, dtype=np.uint16), chunks, 2, True)
+    per_chunk = 4 * 8 * 8 * 2
+
+    def need(n, n_direct):  # compressed bytes, slots, a workspace three times their size
+        return (n * per_chunk // 2, n * per_chunk, 3 * n * per_chunk)
+
+    budget = 10 * per_chunk
+    plain = list(plan_batches(len(tasks), lambda: 256, need, geometry, budget))
+    moving = list(plan_batches(len(tasks), lambda: 256, need, geometry, budget, 1))
+    assert len(moving) < len(plain)
+    assert all(p.own is None for _, _, p in plain)
+    for first, stop, placement in moving:
+        if placement.own is None:
+            continue
+        start, end = placement.own
+        # after every byte earlier batches wrote, up to the last this batch writes, and
+        # before the output bytes lent as scratch
+        assert start >= (geometry.written_end[first - 1] if first else 0)
+        assert end == geometry.written_end[stop - 1]
+        assert end - start >= (stop - first) * per_chunk
+        assert placement.scratch is None or placement.scratch[0] >= end
+        rooms = [placement.scratch[1] - placement.scratch[0]] if placement.scratch else []
+        rooms += [budget] if placement.wants_spare else []
+        assert fits((need(stop - first, 0)[0], 0, need(stop - first, 0)[2]), rooms)
 
 
 def test_best_fit_takes_the_smallest_region_that_holds_a_buffer():

@@ -153,6 +153,44 @@ def test_workspace_carves_each_buffer_from_the_smallest_region_that_holds_it(cp)
     assert int(tail[:3000].sum()) == 7 * 3000
 
 
+@pytest.mark.parametrize("concatenated", [False, True])
+def test_slots_decoded_in_borrowed_memory_move_out_before_they_are_used(cp, concatenated):
+    """Slots may decode into memory they may not stay in (the batch's own output bytes):
+    once decoded they move into the workspace, so that memory can be overwritten at once;
+    a frame nvCOMP rejects is decoded on the CPU into its moved slot."""
+    from linumpy_gpu.gpu.zstd_batch import SLOT_ALIGN, Workspace, round_up
+
+    raws, frames = _frames(10)
+    nbytes = len(raws[0])
+    if concatenated:  # valid for the CPU zstd, not for nvCOMP: two frames end to end
+        half = nbytes // 2
+        frames[3] = numcodecs.Zstd(level=3).encode(raws[3][:half]) + numcodecs.Zstd(level=3).encode(
+            raws[3][half:]
+        )
+    stride = round_up(nbytes, SLOT_ALIGN)
+    own = cp.zeros(10 * stride, dtype=np.uint8)
+    tail = cp.zeros(1 << 28, dtype=np.uint8)
+    workspace = Workspace(tail.data.ptr, tail.nbytes, tail)
+    batch = _gpu_batch().decode_host(
+        frames, nbytes, workspace=workspace, slot_region=(own.data.ptr, own.nbytes, own)
+    )
+    own[...] = 0xEE  # the output is written over the old slots
+    cp.cuda.Stream.null.synchronize()
+    assert not batch.failures
+    assert batch.cpu_decoded == ([3] if concatenated else [])
+    assert [batch.slot(i).get().tobytes() for i in range(10)] == raws
+    assert all(tail.data.ptr <= int(p) < tail.data.ptr + tail.nbytes for p in batch.ptrs)
+    # too small a region: the slots are carved from the workspace as usual
+    small = cp.zeros(stride, dtype=np.uint8)
+    batch = _gpu_batch().decode_host(
+        frames,
+        nbytes,
+        workspace=Workspace(tail.data.ptr, tail.nbytes, tail),
+        slot_region=(small.data.ptr, small.nbytes, small),
+    )
+    assert [batch.slot(i).get().tobytes() for i in range(10)] == raws
+
+
 @pytest.mark.parametrize("checksum", [False, True])
 def test_frames_without_content_size_decode_on_gpu(cp, checksum):
     raw = volume(shape=(8, 64, 64)).tobytes()

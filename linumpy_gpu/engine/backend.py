@@ -78,6 +78,12 @@ class Backend:
         takes them (each goes to the smallest free region that holds it)."""
         return ()
 
+    def movable_slots(self, fmt: ChunkFormat) -> int | None:
+        """Which of :meth:`scratch_pieces` holds decoded slots that the decoder can decode
+        into the batch's own output bytes (``Placement.own``) and move out before placing
+        them, or None."""
+        return None
+
     def scratch_budget(self, out_nbytes: int, whole_level: bool = True) -> int | None:
         """Most memory a read of ``out_nbytes`` may hold besides its output (None: no cap);
         ``whole_level``: the read is a full level (device backends bound those tighter)."""

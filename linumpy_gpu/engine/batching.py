@@ -51,6 +51,9 @@ class Placement:
     spare: Any = None  # the read's own scratch buffer (within its budget), if it needs one
     host: int = 0  # the batch's last ``host`` chunks are decoded on host cores
     wants_spare: bool = False  # planned to fit only with the read's own buffer too
+    # [start, stop) bytes of ``buffer`` that this batch writes and no earlier batch did: its
+    # slots may decode there, if the decoder moves them out before placing them
+    own: tuple[int, int] | None = None
 
 
 def output_geometry(
@@ -117,6 +120,7 @@ def plan_batches(
     scratch_pieces: Callable[[int, int], Sequence[int]],
     geometry: OutputGeometry | None,
     budget: int | None,
+    movable_slots: int | None = None,
 ) -> Iterator[tuple[int, int, Placement | None]]:
     """Yield (first, stop, placement) per batch, largest first-fit.
 
@@ -124,7 +128,14 @@ def plan_batches(
     from batches already read); ``scratch_pieces(n, n_direct)`` are the buffers a batch of n
     chunks needs beyond the output, in the order the decoder takes them; ``budget`` is the
     size of the read's own scratch buffer, which a batch uses beside the output bytes it
-    may borrow (None: no cap, buffers beyond the output are allocated as needed)."""
+    may borrow (None: no cap, buffers beyond the output are allocated as needed).
+
+    ``movable_slots``: the index among the pieces of the decoded slots, where the decoder
+    can decode them into the batch's own part of the output (``Placement.own``) and move
+    them, once decoded, into a later piece that decoding no longer needs (its workspace)
+    before placing them. The batch's own output bytes then hold its slots, which is worth
+    about one chunk in flight per chunk of the batch. Only for batches without chunks
+    decoded in place, and only where they would not fit otherwise (the move is a copy)."""
     direct_prefix = None
     if geometry is not None:
         direct_prefix = np.concatenate([[0], np.cumsum(geometry.direct >= 0)])
@@ -146,23 +157,55 @@ def plan_batches(
         def tail(m: int) -> list[int]:
             return [] if geometry is None else [max(0, geometry.nbytes - free_from(m))]
 
+        def own_span(m: int, i: int = i) -> tuple[int, int] | None:
+            """The batch's own output bytes, if its slots can decode there and move."""
+            if geometry is None or movable_slots is None:
+                return None
+            if direct_prefix[i + m] != direct_prefix[i]:
+                return None
+            start = _align(int(geometry.written_end[i - 1])) if i else 0
+            stop = int(geometry.written_end[i + m - 1])
+            p = pieces(m)
+            slots = p[movable_slots]
+            if not slots or _align(slots) > stop - start:
+                return None
+            if max(p[movable_slots + 1 :], default=0) < slots:
+                return None  # nothing to move them into
+            return start, stop
+
+        def fitting(m: int, rooms: list[int]) -> tuple[bool, tuple[int, int] | None]:
+            """Whether a batch of m fits ``rooms``, and the own span it needs for that."""
+            if fits(pieces(m), rooms):
+                return True, None
+            own = own_span(m)
+            if own is None:
+                return False, None
+            rest = list(pieces(m))
+            rest[movable_slots] = 0
+            return fits(rest, rooms), own
+
         def fits_tail(m: int) -> bool:
-            return geometry is not None and fits(pieces(m), tail(m))
+            return geometry is not None and fitting(m, tail(m))[0]
 
         def fits_with_spare(m: int) -> bool:
-            return budget is None or fits(pieces(m), tail(m) + [budget])
+            return budget is None or fitting(m, tail(m) + [budget])[0]
 
         m_tail = _largest(limit, fits_tail)
         m = max(m_tail, _largest(limit, fits_with_spare), 1)
         wants_spare = bool(budget) and m > m_tail
         direct = [None] * m
         scratch = None
+        own = None
         if geometry is not None:
             direct = [int(d) if d >= 0 else None for d in geometry.direct[i : i + m]]
             if free_from(m) < geometry.nbytes:
                 scratch = (free_from(m), geometry.nbytes)
+            rooms = tail(m) + ([budget] if wants_spare else [])
+            ok, own = fitting(m, rooms)
+            if not ok:
+                own = None  # a batch of one that fits nowhere: the decoder allocates
         buffer = None if geometry is None else geometry.buffer
-        yield i, i + m, Placement(buffer, direct, scratch, wants_spare=wants_spare)
+        yield i, i + m, Placement(buffer, direct, scratch, wants_spare=wants_spare, own=own)
         i += m
 
 

@@ -271,8 +271,9 @@ class ChunkedArrayReader:
             largest = min(max_chunks(), len(tasks))
             budget = min(budget, sum(scratch_pieces(largest, 0)) * 5 // 4)
         spare = None
+        movable = self.backend.movable_slots(fmt) if fmt is not None else None
         for first, stop, placement in plan_batches(
-            len(tasks), max_chunks, scratch_pieces, geometry, budget
+            len(tasks), max_chunks, scratch_pieces, geometry, budget, movable
         ):
             if placement is None:
                 yield tasks[first:stop], None
@@ -418,6 +419,7 @@ class ChunkedArrayReader:
                     placement.spare,
                     sum(i >= host_from for i in present),
                     placement.wants_spare,
+                    placement.own,
                 )
             if placement is not None:
                 profile["host_chunks"] = profile.get("host_chunks", 0) + placement.host

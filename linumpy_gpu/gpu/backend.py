@@ -165,6 +165,11 @@ class GpuBackend(Backend):
         temp = int(temp * planned_temp_share(fmt.nbytes))
         return (host_slots, stored, slots, round_up(temp, SLOT_ALIGN))
 
+    def movable_slots(self, fmt: ChunkFormat) -> int | None:
+        # nvCOMP's slots (third of scratch_pieces) decode in the batch's own output bytes
+        # and move into its workspace (three times their size) once decoded
+        return 2 if fmt.codecs and gpu_decodable(fmt) else None
+
     def scratch_budget(self, out_nbytes: int, whole_level: bool = True) -> int:
         base = max(int(self.scratch_fraction * out_nbytes), self.scratch_floor)
         if whole_level or self.region_scratch <= base:
@@ -371,8 +376,12 @@ class GpuBackend(Backend):
         try:
             if split:
                 t0 = time.perf_counter()
+                own = None
+                if placement is not None and placement.own is not None:
+                    start, stop = placement.own
+                    own = (placement.buffer.data.ptr + start, stop - start, placement.buffer)
                 batch = codec_for_current_device().decode_host(
-                    frames[:split], fmt.nbytes, staging, targets[:split], workspace
+                    frames[:split], fmt.nbytes, staging, targets[:split], workspace, own
                 )
                 if self._host is not None:
                     self._host.learn_gpu(fmt.nbytes, split, time.perf_counter() - t0)

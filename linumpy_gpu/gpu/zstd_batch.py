@@ -183,6 +183,7 @@ class ZstdBatchCodec:
         staging: Any = None,
         targets: np.ndarray | None = None,
         workspace: Workspace | None = None,
+        slot_region: tuple[int, int, Any] | None = None,
     ) -> DecodedBatch:
         """Decode host-resident frames (bytes / memoryviews) of ``nbytes`` each.
 
@@ -190,7 +191,10 @@ class ZstdBatchCodec:
         device one copy per staging arena, without being packed again (a frame may be any
         view into the staged bytes, e.g. one with its checksum cut off). ``targets``: per
         frame a device address to decode into, or 0 for a scratch slot. Buffers come from
-        ``workspace`` where they fit."""
+        ``workspace`` where they fit. ``slot_region`` (address, bytes, owner): memory the
+        slots may decode into if they fit, but not stay in: once decoded they move into
+        nvCOMP's workspace, which the batch no longer needs (the caller's output bytes that
+        this batch will write)."""
         workspace = workspace or Workspace()
         sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
         self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
@@ -229,7 +233,15 @@ class ZstdBatchCodec:
             host_ptrs = np.uint64(host.ctypes.data) + offsets
             release = staging.release if staging is not None else None
         return self._decode_staged(
-            comp, offsets, sizes, nbytes, targets, workspace, host_ptrs=host_ptrs, release=release
+            comp,
+            offsets,
+            sizes,
+            nbytes,
+            targets,
+            workspace,
+            host_ptrs=host_ptrs,
+            release=release,
+            slot_region=slot_region,
         )
 
     def upload_raw(self, frames: Sequence[Any], nbytes: int, staging: Any = None) -> DecodedBatch:
@@ -284,19 +296,20 @@ class ZstdBatchCodec:
         workspace: Workspace | None = None,
         host_ptrs: np.ndarray | None = None,
         release: Callable[[], None] | None = None,
+        slot_region: tuple[int, int, Any] | None = None,
     ) -> DecodedBatch:
         """Decode frames staged in ``comp``. ``host_ptrs``: where the same frames sit in
         pinned host memory (sized there), until ``release()`` is called."""
         try:
             return self._decode_checked(
-                comp, offsets, sizes, nbytes, targets, workspace, host_ptrs, release
+                comp, offsets, sizes, nbytes, targets, workspace, host_ptrs, release, slot_region
             )
         finally:
             if release is not None:
                 release()  # again after a failure: releasing twice is harmless
 
     def _decode_checked(
-        self, comp, offsets, sizes, nbytes, targets, workspace, host_ptrs, release
+        self, comp, offsets, sizes, nbytes, targets, workspace, host_ptrs, release, slot_region
     ) -> DecodedBatch:
         cp = self.cupy
         workspace = workspace or Workspace()
@@ -305,12 +318,18 @@ class ZstdBatchCodec:
         ptrs = np.zeros(n, dtype=np.uint64) if targets is None else targets.astype(np.uint64)
         need_slot = np.flatnonzero(ptrs == 0)
         batch = DecodedBatch(ptrs, nbytes, owners=[comp])
-        if need_slot.size:
-            slots = workspace.take(int(need_slot.size) * stride)  # current stream: placed there
+        slot_bytes = int(need_slot.size) * stride
+        moving = slot_region is not None and 0 < slot_bytes <= slot_region[1]
+        if moving:
+            slots = device_view(slot_region[0], slot_bytes, slot_region[2])
+        elif slot_bytes:
+            slots = workspace.take(slot_bytes)  # current stream: placed there
             batch.owners.append(slots)
+        if slot_bytes:
             ptrs[need_slot] = np.uint64(slots.data.ptr) + np.arange(
                 need_slot.size, dtype=np.uint64
             ) * np.uint64(stride)
+        temp = None
         if n == 0:
             return batch
         meta = np.empty((3, n), dtype=np.uint64)
@@ -373,6 +392,8 @@ class ZstdBatchCodec:
                 mismatch_h = mismatch.get(stream=self.stream)
             nv_status_h[ok] = nv_status.get(stream=self.stream)
             actual_h[ok] = actual.get(stream=self.stream)
+        if moving:
+            self._move_slots(batch, need_slot, slots, temp, workspace, stride)
         self.stream.synchronize()
         bad = (
             ~np.isin(status_h, (0, 1))
@@ -396,6 +417,25 @@ class ZstdBatchCodec:
             frame = comp[int(offsets[i]) : int(offsets[i] + sizes[i])].get(stream=self.stream)
             self._cpu_fallback(batch, i, frame.tobytes(), reason)
         return batch
+
+    def _move_slots(self, batch, need_slot, slots, temp, workspace, stride) -> None:
+        """Move decoded slots out of memory they may not stay in, into nvCOMP's workspace
+        (free once the decode is done; queued after it on this stream)."""
+        cp = self.cupy
+        nbytes = int(slots.nbytes)
+        if temp is None or temp.nbytes < nbytes:
+            temp = workspace.take(nbytes, self.stream)
+        cp.cuda.runtime.memcpyAsync(
+            temp.data.ptr,
+            slots.data.ptr,
+            nbytes,
+            cp.cuda.runtime.memcpyDeviceToDevice,
+            self.stream.ptr,
+        )
+        batch.owners.append(temp)
+        batch.ptrs[need_slot] = np.uint64(temp.data.ptr) + np.arange(
+            need_slot.size, dtype=np.uint64
+        ) * np.uint64(stride)
 
     def _plan_parts(
         self, d_args: Any, m: int, nbytes: int, host_ptrs: Any, workspace: Workspace
