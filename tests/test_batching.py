@@ -329,6 +329,12 @@ def test_slots_decoded_in_a_batch_own_output_bytes_make_fewer_batches():
     moving = list(plan_batches(len(tasks), lambda: 256, need, geometry, budget, 1))
     assert len(moving) < len(plain)
     assert all(p.own is None for _, _, p in plain)
+    # batches without slots to move (the GPU backend's host-decoded batches) list fewer
+    # pieces: planned as they are
+    host_only = list(
+        plan_batches(len(tasks), lambda: 256, lambda n, d: (n * per_chunk,), geometry, budget, 1)
+    )
+    assert all(p.own is None for _, _, p in host_only)
     for first, stop, placement in moving:
         if placement.own is None:
             continue

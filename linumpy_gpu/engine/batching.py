@@ -166,6 +166,8 @@ def plan_batches(
             start = _align(int(geometry.written_end[i - 1])) if i else 0
             stop = int(geometry.written_end[i + m - 1])
             p = pieces(m)
+            if len(p) <= movable_slots:  # e.g. a batch decoded on host cores alone
+                return None
             slots = p[movable_slots]
             if not slots or _align(slots) > stop - start:
                 return None
