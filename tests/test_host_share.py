@@ -70,6 +70,18 @@ def test_measured_nvcomp_batches_move_the_threshold():
     assert decoder.batch_seconds(64 << 10, 40) == 0.002  # other sizes keep their estimate
 
 
+def test_large_reads_stay_on_nvcomp_whatever_was_measured():
+    """Batches timed while several threads decoded at once can look slow: a full level of
+    plane chunks (2048 x 2 MiB, 0.7 s on 14 threads) must not go to the host for it."""
+    decoder = HostDecoder(0, 14)
+    decoder.thread_rate = 0.45e9
+    for _ in range(30):
+        decoder.learn_gpu(2 * MiB, 256, 1.5)  # eight tile readers at once
+    assert decoder.batch_seconds(2 * MiB, 2048) >= 1.0
+    assert decoder.share_of_read(2 * MiB, 256) == 256  # a tile: 93 ms on the host
+    assert decoder.share_of_read(2 * MiB, 2048) == 0
+
+
 def test_units_spread_over_every_thread():
     """The model's rounds are the pool's: 125 chunks of 512 KiB on 14 threads go out as 25
     units of 5 (two rounds, 10 chunks per busiest thread), not 16 units of 8 (16 chunks)."""

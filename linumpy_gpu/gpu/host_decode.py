@@ -38,6 +38,11 @@ UNIT_BYTES = 4 << 20  # decoded bytes per unit of work (one copy to the device e
 NVCOMP_CHUNK_RATE = 120e6
 MIN_GPU_SECONDS = 0.002
 INITIAL_THREAD_RATE = 0.45e9
+# Reads the pool would take longer than this for stay on nvCOMP whatever was measured
+# (nvCOMP batches take 30-80 ms): a batch timed while other threads decoded at once (a
+# tile pipeline's workers) must not send a whole level to the host (run 25: a cold plane
+# level decoded on host threads, 0.54 s against 0.29 on nvCOMP).
+MAX_HOST_READ_SECONDS = 0.1
 _SMOOTHING = 0.3
 
 
@@ -90,6 +95,9 @@ class HostDecoder:
             measured = self.pool_seconds.get((nbytes, _bucket(n_chunks)))
         if measured is not None:
             return measured
+        return self._modelled_seconds(nbytes, n_chunks)
+
+    def _modelled_seconds(self, nbytes: int, n_chunks: int) -> float:
         per_unit = _chunks_per_unit(n_chunks, nbytes, self.threads)
         rounds = _ceil_div(_ceil_div(n_chunks, per_unit), self.threads)
         return rounds * per_unit * nbytes / self.thread_rate
@@ -117,6 +125,8 @@ class HostDecoder:
         """How many of a read's ``n_chunks`` chunks go to the host: all of them when the
         host finishes them sooner than nvCOMP's batch would, else none."""
         if n_chunks <= 0 or not self.threads:
+            return 0
+        if self._modelled_seconds(nbytes, n_chunks) > MAX_HOST_READ_SECONDS:
             return 0
         faster = self.host_seconds(nbytes, n_chunks) < self.batch_seconds(nbytes, n_chunks)
         return n_chunks if faster else 0
