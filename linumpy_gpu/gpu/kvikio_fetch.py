@@ -40,9 +40,11 @@ WARM_READS = 8
 PROBE_BYTES = 8 << 20
 # On slower storage, reads in flight are bounded by their bytes, not only their number (H200
 # host, cold cache: 128 reads of 330 KB reached the disk's rate; 128 reads of 2.7 MB only
-# 46% of it, 8 of them 85%). Counted per read as submitted: a shard's inner chunks come as
-# runs of several MiB each.
-SLOW_BYTES_IN_FLIGHT = 48 << 20
+# 46% of it. benchmarks/probe_cold.py, run 26: 16 / 48 / 128 / 384 MiB in flight gave
+# 50-74 / 84-89 / 90-91 / 80-86% of the ceiling for a sharded level, 74-87 / 84-95 /
+# 94-101 / 86-101% for 128^3 chunk files). Counted per read as submitted: a shard's inner
+# chunks come as runs of several MiB each.
+SLOW_BYTES_IN_FLIGHT = 128 << 20
 # kvikio's pool size when the user has not chosen one (KVIKIO_NTHREADS): as many reads in
 # flight as a disk wants; on the page cache extra threads cost nothing here (no GIL).
 KVIKIO_THREADS = DISK_THREADS
