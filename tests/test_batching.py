@@ -249,10 +249,8 @@ def test_plan_batches_respects_budget_and_order():
         if placement.wants_spare:
             rooms.append(budget)
         assert fits(need(n, 0), rooms)
-        # no larger batch would have fit what it was lent (batches are at most 64 chunks,
-        # of even size where the chunks left need several)
-        left = len(tasks) - first
-        if stop < len(tasks) and n < -(-left // -(-left // 64)):
+        # no larger batch would have fit what it was lent
+        if stop < len(tasks) and n < 64:
             tail = geometry.nbytes - -(-int(geometry.written_end[stop]) // 256) * 256
             assert not fits(need(n + 1, 0), [max(0, tail), budget])
     # big early batches borrow the output alone; later ones add the read's own buffer, and

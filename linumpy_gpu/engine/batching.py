@@ -141,7 +141,9 @@ def plan_batches(
         direct_prefix = np.concatenate([[0], np.cumsum(geometry.direct >= 0)])
     i = 0
     while i < n_tasks:
-        limit = _even(n_tasks - i, max(1, max_chunks()))
+        limit = max(1, min(max_chunks(), n_tasks - i))
+        if geometry is None:  # nothing borrowed: memory does not shrink as batches go
+            limit = _even(n_tasks - i, limit)
         if budget is None and geometry is None:
             yield i, i + limit, None
             i += limit
@@ -215,7 +217,7 @@ def _even(left: int, cap: int) -> int:
     """The size of the next batch when ``left`` chunks go in batches of at most ``cap``:
     as few batches as that takes, of even size (a small last batch would still cost a
     whole decoder latency; the first batch's fetch is not overlapped, so smaller is
-    sooner)."""
+    sooner). Not where batches borrow the output: the first ones have the most memory."""
     return -(-left // -(-left // cap))
 
 
