@@ -395,3 +395,21 @@ def test_read_regions_share_batches_and_one_spare_buffer(tmp_path, host):
     assert len(backend.spares) == 1
     if host:
         assert backend.host_decoded > 0
+
+
+def test_a_read_starts_from_the_mean_ratio_not_the_last_batch(tmp_path):
+    """The ratio learned from a read's last batch sizes its next batch (its neighbours);
+    the next read's first batch, often its largest, is sized from everything read so far."""
+    shape, chunks = (64, 32, 32), (4, 8, 8)
+    data = np.full(shape, 5, dtype=np.uint16)  # compresses well (and is stored: not the fill)
+    data[32:] = np.random.default_rng(1).integers(0, 60000, size=(32, 32, 32), dtype=np.uint16)
+    arr = zarr.create_array(str(tmp_path / "a.zarr"), shape=shape, chunks=chunks, dtype="u2")
+    arr[...] = data
+    reader = ChunkedArrayReader(arr, ScribblingBackend(20_000))
+    np.testing.assert_array_equal(reader.read(), data)
+    last = reader._stored_fraction  # the random half, at the end
+    mean = reader._stored_total / reader._decoded_total
+    assert mean < 0.75 * last
+    tasks = list(plan_chunks(normalize_selection((), shape), shape, chunks))
+    next(reader._batches(tasks, None, data.nbytes, True))
+    assert reader._stored_fraction == mean

@@ -70,8 +70,12 @@ class ChunkedArrayReader:
         self._index_cache_size = index_cache_size
         self._lock = threading.Lock()
         self.last_profile: dict[str, float] = {}
-        # stored bytes per decoded byte, learned from reads (sizes staging per batch)
+        # stored bytes per decoded byte, learned from reads (sizes staging per batch): the
+        # last batch's, which predicts the next batch of a read (its neighbours), and the
+        # mean of everything read so far, which starts the next read
         self._stored_fraction = 1.0
+        self._stored_total = 0
+        self._decoded_total = 0
 
     # -- public ---------------------------------------------------------------------------
 
@@ -244,6 +248,8 @@ class ChunkedArrayReader:
     ) -> Iterator[tuple[list[ChunkTask], Placement | None]]:
         fmt = self.layout.chunk
         per_chunk = fmt.nbytes if fmt else 1
+        if self._decoded_total:  # a read's first batch, often its largest
+            self._stored_fraction = self._clamped(self._stored_total / self._decoded_total)
         by_decoded = max(1, self._batch_bytes(len(tasks) * per_chunk) // max(1, per_chunk))
         staging = self.backend.staging_batch_bytes()
         host = 0  # chunks per batch decoded on host cores, asked again for every batch
@@ -303,8 +309,14 @@ class ChunkedArrayReader:
     def _learn_ratio(self, fetched: _Fetched) -> None:
         sizes = [len(d) for d in fetched.data if d is not None]
         if sizes and self.layout.chunk is not None:
-            fraction = sum(sizes) / (len(sizes) * max(1, self.layout.chunk.nbytes))
-            self._stored_fraction = min(1.05, max(0.01, fraction))
+            decoded = len(sizes) * max(1, self.layout.chunk.nbytes)
+            self._stored_fraction = self._clamped(sum(sizes) / decoded)
+            self._stored_total += sum(sizes)
+            self._decoded_total += decoded
+
+    @staticmethod
+    def _clamped(fraction: float) -> float:
+        return min(1.05, max(0.01, fraction))
 
     def _fetch_staged(self, tasks: list[ChunkTask], host: int = 0) -> _Fetched:
         """Fetch a batch; its last ``host`` chunks (decoded on host cores) are staged apart,
