@@ -159,17 +159,15 @@ def plan_batches(
         def tail(m: int) -> list[int]:
             return [] if geometry is None else [max(0, geometry.nbytes - free_from(m))]
 
-        def own_span(m: int, i: int = i) -> tuple[int, int] | None:
-            """The batch's own output bytes, if its slots can decode there and move."""
-            if geometry is None or movable_slots is None:
-                return None
+        def own_span(m: int, p: Sequence[int], i: int = i) -> tuple[int, int] | None:
+            """The batch's own output bytes, if its slots (in pieces ``p``) can decode
+            there and move."""
+            if geometry is None or movable_slots is None or len(p) <= movable_slots:
+                return None  # (fewer pieces: e.g. a batch decoded on host cores alone)
             if direct_prefix[i + m] != direct_prefix[i]:
                 return None
             start = _align(int(geometry.written_end[i - 1])) if i else 0
             stop = int(geometry.written_end[i + m - 1])
-            p = pieces(m)
-            if len(p) <= movable_slots:  # e.g. a batch decoded on host cores alone
-                return None
             slots = p[movable_slots]
             if not slots or _align(slots) > stop - start:
                 return None
@@ -179,14 +177,14 @@ def plan_batches(
 
         def fitting(m: int, rooms: list[int]) -> tuple[bool, tuple[int, int] | None]:
             """Whether a batch of m fits ``rooms``, and the own span it needs for that."""
-            if fits(pieces(m), rooms):
+            p = list(pieces(m))
+            if fits(p, rooms):
                 return True, None
-            own = own_span(m)
+            own = own_span(m, p)
             if own is None:
                 return False, None
-            rest = list(pieces(m))
-            rest[movable_slots] = 0
-            return fits(rest, rooms), own
+            p[movable_slots] = 0
+            return fits(p, rooms), own
 
         def fits_tail(m: int) -> bool:
             return geometry is not None and fitting(m, tail(m))[0]
