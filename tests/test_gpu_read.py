@@ -276,6 +276,60 @@ def test_full_read_holds_at_most_a_quarter_more_than_its_output(
         assert planned_temp_share(data[: chunks[0], : chunks[1], : chunks[2]].nbytes) < 1.0
 
 
+def test_frames_are_checked_and_sized_on_the_fetch_thread(tmp_path, cp, monkeypatch):
+    """By default nvCOMP's workspace is sized from the frames, on the fetch thread while
+    the previous batch decodes: every sizing of a multi-batch read happens there, the
+    decoder skips its own frame check, and a damaged chunk is still caught."""
+    from linumpy_gpu.gpu import zstd_batch
+    from linumpy_gpu.gpu.backend import GpuBackend
+
+    from .damage_case import damage
+
+    monkeypatch.delenv("LINUMPY_GPU_EXACT_WORKSPACE", raising=False)
+    data = volume(shape=(128, 128, 256))
+    arr = write_zarr_variant(
+        tmp_path / "a.zarr", "v3-zstd", data, chunks=(16, 64, 64), missing_fraction=0
+    )
+    sized_on, checked_on = [], []
+    api = zstd_batch.zstd_api()
+    real_size = api.decompress_temp_bytes_exact
+    real_check = zstd_batch.ZstdBatchCodec.check_staged
+
+    def size(*args):
+        sized_on.append(threading.current_thread().name)
+        return real_size(*args)
+
+    def check(self, frames, nbytes, staging):
+        found = real_check(self, frames, nbytes, staging)
+        checked_on.append((threading.current_thread().name, found is not None))
+        return found
+
+    monkeypatch.setattr(api, "decompress_temp_bytes_exact", size)
+    monkeypatch.setattr(zstd_batch.ZstdBatchCodec, "check_staged", check)
+    backend = GpuBackend(0, scratch_fraction=0.25, scratch_floor=0, host_threads=0)
+    reader = ChunkedArrayReader(arr, backend)
+    for _ in range(2):  # the second read is planned with the share the first learned
+        sized_on.clear()
+        checked_on.clear()
+        np.testing.assert_array_equal(reader.read(()).get(), data)
+        n_batches = reader.last_profile["batches"]
+        assert n_batches > 1
+        assert len(checked_on) == n_batches and all(found for _, found in checked_on)
+        assert all(name.startswith("linumpy-prefetch") for name, _ in checked_on)
+        # once a batch, on the fetch thread: the decoder did not size again
+        assert len(sized_on) == n_batches, sized_on
+        assert all(name.startswith("linumpy-prefetch") for name in sized_on), sized_on
+    key = tmp_path / "a.zarr" / "c" / "3" / "1" / "2"
+    key.write_bytes(damage(key.read_bytes(), "block-header-byte", 16 * 64 * 64 * 2))
+    with pytest.raises(lg.ChunkDecodeError, match="c/3/1/2"):
+        reader.read(())
+    with pytest.warns(lg.DamagedChunkWarning, match="1 damaged"):
+        got = reader.read((), on_damaged="fill").get()
+    expected = data.copy()
+    expected[48:64, 64:128, 128:192] = 7  # the array's fill value
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_small_reads_on_host_threads_large_ones_on_nvcomp(tmp_path, cp):
     """A read the host threads finish within one nvCOMP batch's time goes to them; a
     whole level goes to nvCOMP. Both land equal."""
