@@ -277,15 +277,16 @@ def test_full_read_holds_at_most_a_quarter_more_than_its_output(
 
 
 def test_frames_are_checked_and_sized_on_the_fetch_thread(tmp_path, cp, monkeypatch):
-    """By default nvCOMP's workspace is sized from the frames, on the fetch thread while
-    the previous batch decodes: every sizing of a multi-batch read happens there, the
-    decoder skips its own frame check, and a damaged chunk is still caught."""
+    """With LINUMPY_GPU_EXACT_WORKSPACE=1 nvCOMP's workspace is sized from the frames on
+    the fetch thread while the previous batch decodes: every sizing of a multi-batch read
+    happens there, the decoder skips its own frame check, and a damaged chunk is still
+    caught. Off (the default), nothing is prepared and nothing sized."""
     from linumpy_gpu.gpu import zstd_batch
     from linumpy_gpu.gpu.backend import GpuBackend
 
     from .damage_case import damage
 
-    monkeypatch.delenv("LINUMPY_GPU_EXACT_WORKSPACE", raising=False)
+    monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", "1")
     data = volume(shape=(128, 128, 256))
     arr = write_zarr_variant(
         tmp_path / "a.zarr", "v3-zstd", data, chunks=(16, 64, 64), missing_fraction=0
@@ -328,6 +329,12 @@ def test_frames_are_checked_and_sized_on_the_fetch_thread(tmp_path, cp, monkeypa
     expected = data.copy()
     expected[48:64, 64:128, 128:192] = 7  # the array's fill value
     np.testing.assert_array_equal(got, expected)
+    monkeypatch.delenv("LINUMPY_GPU_EXACT_WORKSPACE")
+    sized_on.clear()
+    checked_on.clear()
+    with pytest.warns(lg.DamagedChunkWarning, match="1 damaged"):
+        np.testing.assert_array_equal(reader.read((), on_damaged="fill").get(), expected)
+    assert sized_on == [] and all(not found for _, found in checked_on)
 
 
 def test_small_reads_on_host_threads_large_ones_on_nvcomp(tmp_path, cp):

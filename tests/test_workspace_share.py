@@ -20,11 +20,11 @@ def test_planned_share_follows_the_sized_frames_only_while_sizing_is_on(monkeypa
     zstd_batch._learn_temp_share(nbytes, 0.95)
     assert zstd_batch.planned_temp_share(nbytes) == 1.0  # never above the estimate
     zstd_batch._learn_temp_share(nbytes + 1, 0.5)
-    # on by default
-    monkeypatch.delenv("LINUMPY_GPU_EXACT_WORKSPACE")
     assert zstd_batch.planned_temp_share(nbytes + 1) == 0.5 * zstd_batch.TEMP_MARGIN
-    # switched off: decodes take the whole estimate, so plans count on it, whatever
-    # earlier reads in this process learned
+    # switched off (the default): decodes take the whole estimate, so plans count on it,
+    # whatever earlier reads in this process learned
+    monkeypatch.delenv("LINUMPY_GPU_EXACT_WORKSPACE")
+    assert zstd_batch.planned_temp_share(nbytes + 1) == 1.0
     monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", "0")
     assert zstd_batch.planned_temp_share(nbytes + 1) == 1.0
 

@@ -6,8 +6,9 @@ Decode of one batch:
   3. only frames that pass go to ``nvcompBatchedZstdDecompressAsync``, which writes straight
      into the caller's output slots and reports a status and an actual size per frame; with
      ``LINUMPY_GPU_EXACT_WORKSPACE=1`` its workspace is sized from the frames while they are
-     still in pinned host memory (about half of what their sizes alone call for), and where
-     that does not fit the memory the caller gave, the batch is decoded in parts that do;
+     still in pinned host memory (about half of what their sizes alone call for; steps 2
+     and 3's sizing then run on the fetch thread, :meth:`ZstdBatchCodec.check_staged`), and
+     where that does not fit the memory the caller gave, the batch is decoded in parts;
   4. frames that carry a content checksum are verified on the GPU (XXH64);
   5. anything refused or failed is decoded by the CPU zstd (numcodecs): a valid frame the GPU
      could not handle still reads correctly, a damaged one yields a reason with both verdicts.
