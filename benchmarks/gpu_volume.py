@@ -83,6 +83,29 @@ def make_volume(
     return array_path
 
 
+def probe_main(probe, chunks: list[str], batches: str) -> None:
+    """Command line of the nvCOMP probes: ``probe(shape, batch_sizes, repeat)`` per chunk
+    shape (``--chunks``), batch sizes (``--batches``) scaled so that every chunk shape
+    decodes as many bytes per batch as 4 MiB chunks would; rows to ``--json``."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--chunks", nargs="+", default=chunks)
+    ap.add_argument("--batches", default=batches)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    sizes = [int(b) for b in args.batches.split(",")]
+    rows = []
+    for spec in args.chunks:
+        shape = tuple(int(x) for x in spec.split(","))
+        scale = max(1, (4 << 20) // (int(np.prod(shape)) * 2))
+        rows += probe(shape, [n * scale for n in sizes], args.repeat)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
 if __name__ == "__main__":
     import sys
 

@@ -11,9 +11,7 @@ option explicitly. Prints one line per batch size and writes JSON with ``--json`
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import json
 import os
 import sys
 import threading
@@ -23,7 +21,7 @@ import numcodecs
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gpu_volume import chunk_data  # noqa: E402
+from gpu_volume import chunk_data, probe_main  # noqa: E402
 
 DISTINCT = 32  # distinct frames; larger batches reuse them (inputs may alias)
 
@@ -211,23 +209,5 @@ def probe(shape: tuple[int, ...], batch_sizes: list[int], repeat: int) -> list[d
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--chunks", nargs="+", default=["128,128,128", "64,64,64", "1,1024,1024"])
-    ap.add_argument("--batches", default="16,64,128,256,512")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    sizes = [int(b) for b in args.batches.split(",")]
-    rows = []
-    for spec in args.chunks:
-        shape = tuple(int(x) for x in spec.split(","))
-        scale = max(1, (4 << 20) // (int(np.prod(shape)) * 2))
-        rows += probe(shape, [n * scale for n in sizes], args.repeat)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
-
-
 if __name__ == "__main__":
-    main()
+    probe_main(probe, ["128,128,128", "64,64,64", "1,1024,1024"], "16,64,128,256,512")

@@ -91,7 +91,10 @@ def probe(name: str, array_path: str, nbytes_chunk: int, batch_sizes: list[int])
             t0 = time.perf_counter()
             for first in range(0, len(keys) - m + 1, m):
                 batch = codec._decode_staged(
-                    dev, offsets[first : first + m], sizes[first : first + m], nbytes_chunk, bytes
+                    dev,
+                    offsets[first : first + m],
+                    sizes[first : first + m],
+                    nbytes_chunk,
                 )
                 assert not batch.failures
                 del batch

@@ -13,9 +13,7 @@ decoded byte against the CPU's. One line per batch size; JSON with ``--json``.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import json
 import os
 import sys
 import time
@@ -26,7 +24,7 @@ import numcodecs
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gpu_volume import chunk_data  # noqa: E402
+from gpu_volume import chunk_data, probe_main  # noqa: E402
 
 
 def _frames(shape: tuple[int, ...], n: int) -> tuple[list[bytes], list[np.ndarray]]:
@@ -182,23 +180,5 @@ def probe(shape: tuple[int, ...], batch_sizes: list[int], repeat: int) -> list[d
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--chunks", nargs="+", default=["128,128,128", "1,1024,1024"])
-    ap.add_argument("--batches", default="32,128,256")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    sizes = [int(b) for b in args.batches.split(",")]
-    rows = []
-    for spec in args.chunks:
-        shape = tuple(int(x) for x in spec.split(","))
-        scale = max(1, (4 << 20) // (int(np.prod(shape)) * 2))
-        rows += probe(shape, [n * scale for n in sizes], args.repeat)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
-
-
 if __name__ == "__main__":
-    main()
+    probe_main(probe, ["128,128,128", "1,1024,1024"], "32,128,256")

@@ -304,8 +304,8 @@ class ZstdBatchCodec:
             offsets,
             sizes,
             nbytes,
-            targets,
-            workspace,
+            targets=targets,
+            workspace=workspace,
             host_ptrs=host_ptrs,
             release=release,
             slot_region=slot_region,
@@ -355,6 +355,18 @@ class ZstdBatchCodec:
         return self._decode_staged(comp, offsets, sizes, nbytes)
 
     def _decode_staged(
+        self, comp: Any, offsets: np.ndarray, sizes: np.ndarray, nbytes: int, **options: Any
+    ) -> DecodedBatch:
+        """Decode frames staged in ``comp`` (``options``: see :meth:`_decode_checked`); the
+        pinned staging behind ``options["release"]`` is given back however it ends."""
+        release = options.get("release")
+        try:
+            return self._decode_checked(comp, offsets, sizes, nbytes, **options)
+        finally:
+            if release is not None:
+                release()  # again after a failure: releasing twice is harmless
+
+    def _decode_checked(
         self,
         comp: Any,
         offsets: np.ndarray,
@@ -367,38 +379,8 @@ class ZstdBatchCodec:
         slot_region: tuple[int, int, Any] | None = None,
         checked: StagedCheck | None = None,
     ) -> DecodedBatch:
-        """Decode frames staged in ``comp``. ``host_ptrs``: where the same frames sit in
-        pinned host memory (sized there), until ``release()`` is called."""
-        try:
-            return self._decode_checked(
-                comp,
-                offsets,
-                sizes,
-                nbytes,
-                targets,
-                workspace,
-                host_ptrs,
-                release,
-                slot_region,
-                checked,
-            )
-        finally:
-            if release is not None:
-                release()  # again after a failure: releasing twice is harmless
-
-    def _decode_checked(
-        self,
-        comp,
-        offsets,
-        sizes,
-        nbytes,
-        targets,
-        workspace,
-        host_ptrs,
-        release,
-        slot_region,
-        checked=None,
-    ) -> DecodedBatch:
+        """``host_ptrs``: where the same frames sit in pinned host memory (sized there),
+        until ``release()`` is called; ``checked``: their check and size from there."""
         cp = self.cupy
         workspace = workspace or Workspace()
         n = len(sizes)
