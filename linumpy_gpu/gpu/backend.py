@@ -313,6 +313,8 @@ class GpuBackend(Backend):
         on the fetch thread (``LINUMPY_GPU_EXACT_WORKSPACE``), off the decoder's path."""
         if staging is None or fmt is None or not fmt.codecs or not gpu_decodable(fmt):
             return None
+        if not zstd_api().sizes_from_frames():  # off: not even the thread's codec is needed
+            return None
         if fmt.codecs[-1].name == "crc32c":  # stripped (and verified) by the decoder
             return None
         frames = [d for d in data[: len(data) - n_host] if d is not None]

@@ -208,25 +208,13 @@ class ZstdBatchCodec:
         where = [staging.locate(v) for v in frames]
         if any(w is None for w in where):
             return None
-        cp = self.cupy
         n = len(frames)
         host_ptrs = np.fromiter(
             (staging.arenas[a].base + o for a, o in where), dtype=np.uint64, count=n
         )
         sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=n)
         base = host_ptrs.min()
-        meta = np.empty((3, n), dtype=np.uint64)
-        meta[0], meta[1], meta[2] = host_ptrs - base, sizes, nbytes
-        d_meta = self._upload(meta)
-        with self.stream:
-            status_d = cp.empty(n, dtype=np.int32)
-            stored_d = cp.empty(n, dtype=np.uint32)
-            kernel("zstd_frame_check")(
-                ((n + _BLOCK - 1) // _BLOCK,),
-                (_BLOCK,),
-                (base, d_meta[0], d_meta[1], d_meta[2], np.int32(n), status_d, stored_d),
-            )
-        status = status_d.get(stream=self.stream)
+        status_d, stored_d, status = self._check_frames(base, host_ptrs - base, sizes, nbytes)
         ok = np.flatnonzero((status == 0) | (status == 1))
         need = None
         if ok.size:  # only frames that passed are sized: the sizing walks their blocks
@@ -237,6 +225,27 @@ class ZstdBatchCodec:
             )
         self.stream.synchronize()
         return StagedCheck(host_ptrs, sizes, status, status_d, stored_d, need)
+
+    def _check_frames(
+        self, base: np.uint64, offsets: np.ndarray, sizes: np.ndarray, nbytes: int
+    ) -> tuple[Any, Any, np.ndarray]:
+        """Run ``zstd_frame_check`` over frames at ``base + offsets`` (device memory, or
+        pinned host memory the device reads directly) on this stream; returns the verdicts
+        and stored checksums on the device, and the verdicts on the host (waited for)."""
+        cp = self.cupy
+        n = len(sizes)
+        meta = np.empty((3, n), dtype=np.uint64)
+        meta[0], meta[1], meta[2] = offsets, sizes, nbytes
+        d_meta = self._upload(meta)
+        with self.stream:
+            status_d = cp.empty(n, dtype=np.int32)
+            stored_d = cp.empty(n, dtype=np.uint32)
+            kernel("zstd_frame_check")(
+                ((n + _BLOCK - 1) // _BLOCK,),
+                (_BLOCK,),
+                (base, d_meta[0], d_meta[1], d_meta[2], np.int32(n), status_d, stored_d),
+            )
+        return status_d, stored_d, status_d.get(stream=self.stream)
 
     def decode_host(
         self,
@@ -404,20 +413,10 @@ class ZstdBatchCodec:
             return batch
         if checked is not None:  # checked in staging, the bytes now in ``comp``
             status, stored, status_h = checked.status_d, checked.stored_d, checked.status
-        else:
-            meta = np.empty((3, n), dtype=np.uint64)
-            meta[0], meta[1], meta[2] = offsets, sizes, nbytes
-            d_meta = self._upload(meta)
-            with self.stream:
-                status = cp.empty(n, dtype=np.int32)
-                stored = cp.empty(n, dtype=np.uint32)
-                grid = (n + _BLOCK - 1) // _BLOCK
-                kernel("zstd_frame_check")(
-                    (grid,),
-                    (_BLOCK,),
-                    (comp, d_meta[0], d_meta[1], d_meta[2], np.int32(n), status, stored),
-                )
-            status_h = status.get(stream=self.stream)  # waits: the decode set depends on it
+        else:  # waits for the verdicts: the decode set depends on them
+            status, stored, status_h = self._check_frames(
+                np.uint64(comp.data.ptr), offsets, sizes, nbytes
+            )
         ok = np.flatnonzero((status_h == 0) | (status_h == 1))
         nv_status_h = np.zeros(n, dtype=np.int32)
         actual_h = np.full(n, nbytes, dtype=np.uint64)
