@@ -8,8 +8,10 @@ For one OME-Zarr image (level 0), warm page cache:
     pool at each count): the full read, best of 3, with its stage profile (how the fetch
     competes with the thread driving the GPU), and the fetch alone (every batch the read
     would fetch, into the pinned staging ring, nothing decoded);
-  * a cProfile of one default read (the calling thread: the Python work between GPU
-    launches), top functions by own time.
+  * kvikio's pool with 4-64 reads in flight on the page cache;
+  * what opening a file costs (os calls; a kvikio handle), per file;
+  * a cProfile of the fetch alone (the Python work per file) and of one default read (the
+    calling thread: the Python work between GPU launches), top functions by own time.
 """
 
 from __future__ import annotations
@@ -84,13 +86,48 @@ def sources(root: str, threads: str) -> list[tuple[str, Callable[[], Any]]]:
     except ImportError:
         return variants
 
-    def kvikio_source(n: int) -> Any:
+    from linumpy_gpu.gpu import kvikio_fetch
+
+    default_reads = kvikio_fetch.WARM_READS
+
+    def kvikio_source(n: int, reads: int = default_reads) -> Any:
         source = KvikioFileSource(root)
         kvikio.defaults.set("num_threads", n)
+        kvikio_fetch.WARM_READS = reads  # read per fetch: holds until the next variant
         return source
 
     variants += [(f"kvikio, {n} threads", lambda n=n: kvikio_source(n)) for n in [*counts, 32]]
+    variants += [
+        (f"kvikio, 32 threads, {r} reads in flight", lambda r=r: kvikio_source(32, r))
+        for r in (4, 16, 32, 64)
+    ]
     return variants
+
+
+def open_costs(root: str, keys: list[str]) -> dict[str, float]:
+    """Microseconds per file to open, stat and close it: with os calls, and as a kvikio
+    handle (which opens each file twice)."""
+    import os
+
+    paths = [os.path.join(root, k) for k in keys]
+    costs = {}
+    t0 = time.perf_counter()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        os.fstat(fd)
+        os.close(fd)
+    costs["os open+fstat+close"] = (time.perf_counter() - t0) / len(paths) * 1e6
+    try:
+        import kvikio
+    except ImportError:
+        return costs
+    t0 = time.perf_counter()
+    for path in paths:
+        handle = kvikio.CuFile(path, "r")
+        os.fstat(handle.fileno())
+        handle.close()
+    costs["kvikio.CuFile open+fstat+close"] = (time.perf_counter() - t0) / len(paths) * 1e6
+    return costs
 
 
 def main() -> None:
@@ -125,6 +162,24 @@ def main() -> None:
             flush=True,
         )
     level._reader.source = default_source
+    import glob
+    import os
+
+    keys = [
+        os.path.relpath(p, root)
+        for p in glob.glob(os.path.join(root, "**", "c", "**"), recursive=True)
+        if os.path.isfile(p)
+    ]
+    result["open_us_per_file"] = open_costs(root, keys)
+    print(f"per file, {len(keys)} files: {result['open_us_per_file']}", flush=True)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    fetch_only(level)
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(20)
+    result["cprofile_fetch"] = text.getvalue()
+    print("fetch alone, default source, cProfile:\n" + text.getvalue())
     profiler = cProfile.Profile()
     profiler.enable()
     best_read(level, 1)
