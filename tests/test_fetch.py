@@ -133,3 +133,70 @@ def test_coalesce_bounds_runs_by_length_and_keeps_every_slice():
         assert merged[m].offset + start == request.offset and length == request.length
     one_long = coalesce([ByteRequest("s", 0, 1000)], max_gap=0, max_length=10)[0]
     assert [(r.offset, r.length) for r in one_long] == [(0, 1000)]
+
+
+def test_readahead_ranges_merge_touching_ranges_and_cover_whole_files():
+    requests = [
+        ByteRequest("s", 100, 50),
+        ByteRequest("s", 0, 100),  # touches the first: one range
+        ByteRequest("s", 120, 100),  # overlaps it
+        ByteRequest("s", 400, 10),  # a gap: a second range
+        ByteRequest("s", 500, 0),  # nothing to read
+        ByteRequest("w"),
+        ByteRequest("w", 5, 5),  # inside a whole file
+        ByteRequest("t", suffix=16),  # the end: from its size, unknown here
+    ]
+    assert fetch.readahead_ranges(requests) == {
+        "s": [(0, 220), (400, 10)],
+        "w": [(0, 0)],
+        "t": [(0, 0)],
+    }
+
+
+def _recorded_advice(monkeypatch) -> list[tuple[int, int]]:
+    advised: list[tuple[int, int]] = []
+    monkeypatch.setattr(
+        fetch.os,
+        "posix_fadvise",
+        lambda fd, offset, length, advice: advised.append((offset, length)),
+        raising=False,
+    )
+    return advised
+
+
+@pytest.mark.parametrize("pieces", [False, True])
+def test_slow_storage_is_read_ahead_page_cache_is_not(shard, monkeypatch, pieces):
+    """On slow storage every range of a fetch is handed to the kernel's readahead first
+    (pieces: a shard's runs, else whole files); on the page cache nothing is; the bytes are
+    the same either way, and a missing file is no error."""
+    root, blob = shard
+    for k in range(3):
+        (root / f"f{k}").write_bytes(blob[k * MiB : (k + 1) * MiB])
+    if pieces:
+        requests = [ByteRequest("s", a, 3 * MiB) for a in range(0, 18 * MiB, 3 * MiB)]
+        expected_ranges = [(0, 18 * MiB)]
+        expected = [blob[a : a + 3 * MiB] for a in range(0, 18 * MiB, 3 * MiB)]
+    else:
+        requests = [ByteRequest(f"f{k}") for k in range(3)] + [ByteRequest("absent")]
+        expected_ranges = [(0, 0)] * 3
+        expected = [blob[k * MiB : (k + 1) * MiB] for k in range(3)] + [None]
+    advised = _recorded_advice(monkeypatch)
+    monkeypatch.setattr(fetch, "SLOW_THREAD_RATE", 0.0)  # whatever this machine's speed
+    source = LocalFileSource(root)
+    got = source.fetch(requests)
+    assert advised == [] and not source.slow_storage
+    source.slow_storage = True
+    got_slow = source.fetch(requests)
+    assert advised == expected_ranges
+    for a, b, want in zip(got, got_slow, expected, strict=True):
+        assert (a is None and b is None) if want is None else bytes(a) == bytes(b) == want
+
+
+def test_readahead_can_be_turned_off(shard, monkeypatch):
+    root, _ = shard
+    advised = _recorded_advice(monkeypatch)
+    monkeypatch.setattr(fetch, "READAHEAD", False)
+    source = LocalFileSource(root)
+    source.slow_storage = True
+    source.fetch([ByteRequest("s", a, 3 * MiB) for a in range(0, 18 * MiB, 3 * MiB)])
+    assert advised == []
