@@ -2,16 +2,13 @@
 not a test; needs permission to drop the page cache).
 
     python benchmarks/probe_cold.py --dir /tmp/bench --cases design-sharded,design-128
-        [--in-flight-mib 16,48,128,256] [--run-mib 2,8] [--readahead 0,1] [--rounds 2]
-        [--json out.json]
+        [--in-flight-mib 16,48,128,256] [--run-mib 2,8] [--json out.json]
 
 For each volume (made as bench_gpu_read.py makes it, reused if present): the raw rate of
 reading every file once with 32 threads, then for each bound on the bytes in flight on
 slow storage (``kvikio_fetch.SLOW_BYTES_IN_FLIGHT``) and each length of the runs a shard's
-inner chunks are read in (``reader.STAGED_RUN_BYTES``) and with the kernel's readahead
-advised or not (``fetch.READAHEAD``), one cold read of level 0 per round (the settings
-alternate: one call of the host moves a cold read by 30 points): GB/s decoded and the
-fraction of raw rate x compression ratio, as bench_gpu_read.py reports.
+inner chunks are read in (``reader.STAGED_RUN_BYTES``), one cold read of level 0: GB/s
+decoded and the fraction of raw rate x compression ratio, as bench_gpu_read.py reports.
 """
 
 from __future__ import annotations
@@ -37,13 +34,11 @@ def main() -> None:
     ap.add_argument("--cases", default="design-sharded")
     ap.add_argument("--in-flight-mib", default="16,48,128,256")
     ap.add_argument("--run-mib", default="8")
-    ap.add_argument("--readahead", default="1")
-    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--json")
     args = ap.parse_args()
 
     import linumpy_gpu as lg
-    from linumpy_gpu.engine import fetch, reader
+    from linumpy_gpu.engine import reader
     from linumpy_gpu.gpu import kvikio_fetch
 
     rows = []
@@ -59,44 +54,33 @@ def main() -> None:
             sys.exit("cannot drop the page cache here: nothing to measure")
         raw = raw_read_rate(array_path)
         print(f"## {name}: raw {raw / 1e9:.2f} GB/s compressed, ratio {ratio:.2f}")
-        print(
-            "| in flight MiB | run MiB | readahead | GB/s | of ceiling | fetch s |\n"
-            "|---|---|---|---|---|---|"
-        )
-        settings = [
-            (run_mib, mib, advise)
-            for run_mib in (int(x) for x in args.run_mib.split(","))
-            for mib in (int(x) for x in args.in_flight_mib.split(","))
-            for advise in (bool(int(x)) for x in args.readahead.split(","))
-        ]
-        for run_mib, mib, advise in settings * args.rounds:
-            kvikio_fetch.SLOW_BYTES_IN_FLIGHT = mib << 20
-            reader.STAGED_RUN_BYTES = run_mib << 20
-            fetch.READAHEAD = advise
-            drop_caches()
-            level = lg.open_ome_zarr_gpu(path)[0]
-            t0 = time.perf_counter()
-            level[...]
-            sync()
-            rate = nbytes / (time.perf_counter() - t0)
-            profile = dict(level._reader.last_profile)
-            row = {
-                "case": name,
-                "in_flight_mib": mib,
-                "run_mib": run_mib,
-                "readahead": advise,
-                "gbps": rate / 1e9,
-                "fraction_of_ceiling": rate / (raw * ratio),
-                "raw_disk_gbps": raw / 1e9,
-                "profile": profile,
-            }
-            rows.append(row)
-            print(
-                f"| {mib} | {run_mib} | {'on' if advise else 'off'} | {rate / 1e9:.2f} "
-                f"| {row['fraction_of_ceiling']:.0%} "
-                f"| {profile.get('fetch', 0):.2f} |",
-                flush=True,
-            )
+        print("| in flight MiB | run MiB | GB/s | of ceiling | fetch s |\n|---|---|---|---|---|")
+        for run_mib in (int(x) for x in args.run_mib.split(",")):
+            for mib in (int(x) for x in args.in_flight_mib.split(",")):
+                kvikio_fetch.SLOW_BYTES_IN_FLIGHT = mib << 20
+                reader.STAGED_RUN_BYTES = run_mib << 20
+                drop_caches()
+                level = lg.open_ome_zarr_gpu(path)[0]
+                t0 = time.perf_counter()
+                level[...]
+                sync()
+                rate = nbytes / (time.perf_counter() - t0)
+                profile = dict(level._reader.last_profile)
+                row = {
+                    "case": name,
+                    "in_flight_mib": mib,
+                    "run_mib": run_mib,
+                    "gbps": rate / 1e9,
+                    "fraction_of_ceiling": rate / (raw * ratio),
+                    "raw_disk_gbps": raw / 1e9,
+                    "profile": profile,
+                }
+                rows.append(row)
+                print(
+                    f"| {mib} | {run_mib} | {rate / 1e9:.2f} | {row['fraction_of_ceiling']:.0%} "
+                    f"| {profile.get('fetch', 0):.2f} |",
+                    flush=True,
+                )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -248,33 +248,3 @@ class _Clock:
     def perf_counter(self) -> float:
         self.now += self.step
         return self.now
-
-
-def test_slow_storage_is_read_ahead(fake_kvikio, files, monkeypatch):
-    """On slow storage the kvikio fetch hands every file to the kernel's readahead before
-    its own reads; also when a fetch finds the storage slow part way (the rest of it); on
-    the page cache it does not."""
-    import linumpy_gpu.engine.fetch as fetch
-
-    fake_kvikio()
-    root, blobs = files
-    advised = []
-    monkeypatch.setattr(
-        fetch.os,
-        "posix_fadvise",
-        lambda fd, offset, length, advice: advised.append((offset, length)),
-        raising=False,
-    )
-    requests = [ByteRequest(k) for k in blobs]
-    source = kvikio_fetch.KvikioFileSource(root)
-    monkeypatch.setattr(kvikio_fetch, "PROBE_BYTES", 1 << 40)  # never judged: page cache
-    source.fetch(requests)
-    assert advised == []
-    monkeypatch.setattr(kvikio_fetch, "PROBE_BYTES", 1)
-    monkeypatch.setattr(kvikio_fetch, "SLOW_THREAD_RATE", 1e30)  # found slow at once
-    got = source.fetch(requests)
-    assert source.slow_storage and len(advised) == len(blobs)
-    advised.clear()
-    got = source.fetch(requests)  # known slow: advised before reading
-    assert len(advised) == len(blobs)
-    assert [bytes(v) for v in got] == list(blobs.values())

@@ -31,11 +31,6 @@ REPROBE = 8
 # Long runs (a shard's inner chunks end to end) are read in pieces of at most this many
 # bytes on separate threads: a batch may touch fewer files than there are threads.
 PIECE_BYTES = 8 << 20
-# On slow storage a fetch first tells the kernel every range it is about to read
-# (posix_fadvise WILLNEED): the whole batch is queued on the device at once, so the storage
-# stays busy while the fetch's own reads ramp up and drain; on the page cache it is skipped.
-# LINUMPY_GPU_READAHEAD=0 turns it off.
-READAHEAD = env_int("LINUMPY_GPU_READAHEAD", 1, minimum=0) > 0
 
 
 def threads_for(bytes_per_read: int | None, limit: int = MAX_IO_THREADS) -> int:
@@ -103,28 +98,6 @@ class LocalFileSource:
 
     def path_of(self, key: str) -> str:
         return os.path.join(self.root, "") + (key if os.sep == "/" else key.replace("/", os.sep))
-
-    def advise(self, requests: Sequence[ByteRequest]) -> int:
-        """Ask the kernel to start reading every range of ``requests`` now (READAHEAD);
-        returns the number of ranges advised. Missing files and refusals are ignored: the
-        reads that follow are what counts."""
-        if not READAHEAD or not hasattr(os, "posix_fadvise"):
-            return 0
-        advised = 0
-        for key, ranges in readahead_ranges(requests).items():
-            try:
-                fd = os.open(self.path_of(key), os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                for start, length in ranges:
-                    os.posix_fadvise(fd, start, length, os.POSIX_FADV_WILLNEED)
-                    advised += 1
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-        return advised
 
     def _read_file(
         self,
@@ -208,8 +181,6 @@ class LocalFileSource:
         self._fetches += 1
         probing = not self.slow_storage or self._fetches % REPROBE == 0
         threads = sized if probing or self.threads else max(sized, DISK_THREADS)
-        if not probing:
-            self.advise(requests)
         t0 = time.perf_counter()
         if _long_runs(requests):
             out = self._fetch_pieces(requests, files, allocate, threads)
@@ -320,30 +291,6 @@ def spans_in_file(requests: Sequence[ByteRequest], size: int) -> list[tuple[int,
             end = size if r.length is None else min(size, r.offset + r.length)
             spans.append((start, max(start, end)))
     return spans
-
-
-def readahead_ranges(requests: Sequence[ByteRequest]) -> dict[str, list[tuple[int, int]]]:
-    """Per file, the (offset, length) ranges that cover ``requests``, touching or
-    overlapping ones merged; length 0 means to the end of the file (whole files, suffixes)."""
-    by_key: dict[str, list[tuple[int, int]]] = {}
-    whole: set[str] = set()
-    for r in requests:
-        if r.length is None or r.suffix is not None:
-            whole.add(r.key)
-        elif r.length > 0:
-            by_key.setdefault(r.key, []).append((r.offset, r.offset + r.length))
-    out: dict[str, list[tuple[int, int]]] = {key: [(0, 0)] for key in whole}
-    for key, spans in by_key.items():
-        if key in whole:
-            continue
-        merged: list[list[int]] = []
-        for start, end in sorted(spans):
-            if merged and start <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], end)
-            else:
-                merged.append([start, end])
-        out[key] = [(a, b - a) for a, b in merged]
-    return out
 
 
 def _long_runs(requests: Sequence[ByteRequest]) -> bool:

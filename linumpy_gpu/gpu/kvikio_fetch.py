@@ -121,8 +121,6 @@ class KvikioFileSource(LocalFileSource):
         probing = not self.slow_storage or self._fetches % REPROBE == 0
         # (reads, bytes) in flight: a number of reads on the page cache, bytes on storage
         limit = (WARM_READS, None) if probing else (OPEN_FILES, SLOW_BYTES_IN_FLIGHT)
-        if not probing:
-            self.advise(requests)
         outstanding = 0
         outstanding_bytes = 0
         done_bytes = 0
@@ -141,9 +139,7 @@ class KvikioFileSource(LocalFileSource):
             if probing and done_bytes >= PROBE_BYTES:
                 probing = False
                 self.slow_storage = self._slow(done_bytes, time.perf_counter() - t0)
-                if self.slow_storage:
-                    limit = (OPEN_FILES, SLOW_BYTES_IN_FLIGHT)
-                    self.advise(requests)  # what is read already is cached: no new I/O
+                limit = (OPEN_FILES, SLOW_BYTES_IN_FLIGHT) if self.slow_storage else limit
 
         def too_many() -> bool:
             reads, nbytes = limit
