@@ -33,6 +33,7 @@ class BatchTimer:
         self.codec_class = ZstdBatchCodec
         self.decode_host = ZstdBatchCodec.decode_host
         self.plan_parts = ZstdBatchCodec._plan_parts
+        self.check_staged = ZstdBatchCodec.check_staged
         self.batches: list[dict[str, Any]] = []
 
     def __enter__(self) -> BatchTimer:
@@ -55,13 +56,23 @@ class BatchTimer:
                 timer.batches[-1]["workspace_bytes"] = int(temp)
             return parts, temp
 
+        def check_staged(codec, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return timer.check_staged(codec, *args, **kwargs)
+            finally:
+                if timer.batches:
+                    timer.batches[-1]["sizing_ms"] += (time.perf_counter() - t0) * 1e3
+
         self.codec_class.decode_host = decode_host
         self.codec_class._plan_parts = plan_parts
+        self.codec_class.check_staged = check_staged
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.codec_class.decode_host = self.decode_host
         self.codec_class._plan_parts = self.plan_parts
+        self.codec_class.check_staged = self.check_staged
 
 
 def timed_read(path: str, repeat: int) -> dict[str, Any]:

@@ -81,7 +81,7 @@ class ScribblingBackend(CpuBackend):
     def scratch_budget(self, out_nbytes, whole_level=True):
         return self.budget
 
-    def decode(self, chunks, fmt, array, staging=None, placement=None, prepared=None):
+    def decode(self, chunks, fmt, array, staging=None, placement=None):
         decoded = super().decode(chunks, fmt, array, staging)
         if placement is None:
             return decoded
@@ -413,39 +413,3 @@ def test_a_read_starts_from_the_mean_ratio_not_the_last_batch(tmp_path):
     tasks = list(plan_chunks(normalize_selection((), shape), shape, chunks))
     next(reader._batches(tasks, None, data.nbytes, True))
     assert reader._stored_fraction == mean
-
-
-class PreparingBackend(ScribblingBackend):
-    """Records which thread prepares each batch and what each decode is handed."""
-
-    def __init__(self, budget: int):
-        super().__init__(budget)
-        self.prepared_on: list[str] = []
-        self.handed: list[tuple[int, int]] = []
-
-    def prepare_decode(self, data, fmt, staging, n_host=0):
-        import threading
-
-        assert all(d is None or staging.holds(d) for d in data)
-        self.prepared_on.append(threading.current_thread().name)
-        return ("prepared", len(data))
-
-    def decode(self, chunks, fmt, array, staging=None, placement=None, prepared=None):
-        self.handed.append((prepared[1], len(chunks)))
-        return super().decode(chunks, fmt, array, staging, placement)
-
-
-def test_each_batch_is_prepared_on_the_fetch_thread_and_handed_to_its_decode(tmp_path):
-    """What the backend prepares from a fetched batch (the GPU: frame checks and nvCOMP's
-    workspace size, in staging) is done on the fetch thread, while the previous batch
-    decodes, and reaches that same batch's decode."""
-    arr, data = _array(tmp_path, (40, 64, 48), (8, 16, 16))
-    backend = PreparingBackend(20_000)
-    reader = ChunkedArrayReader(arr, backend)
-    np.testing.assert_array_equal(reader.read(), data)
-    n_batches = reader.last_profile["batches"]
-    assert n_batches > 1 and len(backend.prepared_on) == n_batches
-    assert all(name.startswith("linumpy-prefetch") for name in backend.prepared_on)
-    assert all(prepared == n for prepared, n in backend.handed)  # no chunk missing here
-    assert sum(n for _, n in backend.handed) == reader.last_profile["chunks"]
-    assert "prepare" in reader.last_profile

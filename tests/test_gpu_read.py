@@ -276,11 +276,13 @@ def test_full_read_holds_at_most_a_quarter_more_than_its_output(
         assert planned_temp_share(data[: chunks[0], : chunks[1], : chunks[2]].nbytes) < 1.0
 
 
-def test_frames_are_checked_and_sized_on_the_fetch_thread(tmp_path, cp, monkeypatch):
-    """With LINUMPY_GPU_EXACT_WORKSPACE=1 nvCOMP's workspace is sized from the frames on
-    the fetch thread while the previous batch decodes: every sizing of a multi-batch read
-    happens there, the decoder skips its own frame check, and a damaged chunk is still
-    caught. Off (the default), the fetch thread neither checks nor sizes."""
+def test_frames_are_checked_and_sized_before_their_copy(tmp_path, cp, monkeypatch):
+    """With LINUMPY_GPU_EXACT_WORKSPACE=1 each batch's frames are checked and nvCOMP's
+    workspace sized where the fetch staged them, once per batch and before that batch's
+    copy to the device is queued (nvCOMP's sizing waits for any work on the device); the
+    decoder then neither checks nor sizes again, and a damaged chunk is still caught. Off
+    (the default), nothing is sized."""
+    from linumpy_gpu.gpu import staging as staging_mod
     from linumpy_gpu.gpu import zstd_batch
     from linumpy_gpu.gpu.backend import GpuBackend
 
@@ -291,35 +293,36 @@ def test_frames_are_checked_and_sized_on_the_fetch_thread(tmp_path, cp, monkeypa
     arr = write_zarr_variant(
         tmp_path / "a.zarr", "v3-zstd", data, chunks=(16, 64, 64), missing_fraction=0
     )
-    sized_on, checked_on = [], []
+    events: list[str] = []
     api = zstd_batch.zstd_api()
     real_size = api.decompress_temp_bytes_exact
-    real_check = zstd_batch.ZstdBatchCodec.check_staged
+    real_check = zstd_batch.ZstdBatchCodec._check_frames
+    real_upload = staging_mod.StagedBatch.upload
 
     def size(*args):
-        sized_on.append(threading.current_thread().name)
+        events.append("size")
         return real_size(*args)
 
-    def check(self, frames, nbytes, staging):
-        found = real_check(self, frames, nbytes, staging)
-        checked_on.append((threading.current_thread().name, found is not None))
-        return found
+    def check(self, *args):
+        events.append("check")
+        return real_check(self, *args)
+
+    def upload(self, *args, **kwargs):
+        events.append("copy")
+        return real_upload(self, *args, **kwargs)
 
     monkeypatch.setattr(api, "decompress_temp_bytes_exact", size)
-    monkeypatch.setattr(zstd_batch.ZstdBatchCodec, "check_staged", check)
+    monkeypatch.setattr(zstd_batch.ZstdBatchCodec, "_check_frames", check)
+    monkeypatch.setattr(staging_mod.StagedBatch, "upload", upload)
     backend = GpuBackend(0, scratch_fraction=0.25, scratch_floor=0, host_threads=0)
     reader = ChunkedArrayReader(arr, backend)
     for _ in range(2):  # the second read is planned with the share the first learned
-        sized_on.clear()
-        checked_on.clear()
+        events.clear()
         np.testing.assert_array_equal(reader.read(()).get(), data)
         n_batches = reader.last_profile["batches"]
         assert n_batches > 1
-        assert len(checked_on) == n_batches and all(found for _, found in checked_on)
-        assert all(name.startswith("linumpy-prefetch") for name, _ in checked_on)
-        # once a batch, on the fetch thread: the decoder did not size again
-        assert len(sized_on) == n_batches, sized_on
-        assert all(name.startswith("linumpy-prefetch") for name in sized_on), sized_on
+        # per batch: one check, one sizing, then its copy; nothing checked or sized after
+        assert events == ["check", "size", "copy"] * n_batches, events
     key = tmp_path / "a.zarr" / "c" / "3" / "1" / "2"
     key.write_bytes(damage(key.read_bytes(), "block-header-byte", 16 * 64 * 64 * 2))
     with pytest.raises(lg.ChunkDecodeError, match="c/3/1/2"):
@@ -330,11 +333,10 @@ def test_frames_are_checked_and_sized_on_the_fetch_thread(tmp_path, cp, monkeypa
     expected[48:64, 64:128, 128:192] = 7  # the array's fill value
     np.testing.assert_array_equal(got, expected)
     monkeypatch.delenv("LINUMPY_GPU_EXACT_WORKSPACE")
-    sized_on.clear()
-    checked_on.clear()
+    events.clear()
     with pytest.warns(lg.DamagedChunkWarning, match="1 damaged"):
         np.testing.assert_array_equal(reader.read((), on_damaged="fill").get(), expected)
-    assert sized_on == [] and checked_on == []  # off: the fetch thread leaves the GPU alone
+    assert "size" not in events and events.count("check") == events.count("copy")
 
 
 def test_small_reads_on_host_threads_large_ones_on_nvcomp(tmp_path, cp):

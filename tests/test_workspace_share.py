@@ -3,7 +3,6 @@ the size-based estimate that sized frames needed, only while decodes size frames
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from linumpy_gpu.gpu import zstd_batch
@@ -34,17 +33,3 @@ def test_a_switch_value_other_than_0_or_1_is_refused(monkeypatch, value):
     monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", value)
     with pytest.raises(ValueError, match="LINUMPY_GPU_EXACT_WORKSPACE must be 0 or 1"):
         zstd_batch.planned_temp_share(1 << 20)
-
-
-def test_a_check_made_in_staging_applies_only_to_the_same_frames():
-    """The decoder uses what the fetch thread found only for exactly the frames it
-    checked: same places in pinned staging, same sizes."""
-    ptrs = np.array([4096, 8192], dtype=np.uint64)
-    sizes = np.array([100, 200], dtype=np.uint64)
-    status = np.zeros(2, dtype=np.int32)
-    check = zstd_batch.StagedCheck(ptrs, sizes, status, None, None, need=1 << 20)
-    assert check.matches(ptrs.copy(), sizes.copy())
-    assert not check.matches(None, sizes)
-    assert not check.matches(ptrs[::-1].copy(), sizes)
-    assert not check.matches(ptrs, np.array([100, 201], dtype=np.uint64))
-    assert not check.matches(ptrs[:1], sizes[:1])

@@ -109,18 +109,6 @@ class Backend:
     def release_staging(self, staging: Any) -> None:
         """Give back what :meth:`acquire_staging` returned, once its batch is decoded."""
 
-    def prepare_decode(
-        self,
-        data: Sequence[memoryview | None],
-        fmt: ChunkFormat | None,
-        staging: Any,
-        n_host: int = 0,
-    ) -> Any:
-        """Work on a fetched batch that the fetch stage can do while the previous batch
-        decodes (the GPU checks frames and sizes nvCOMP's workspace where they were
-        staged); handed back to :meth:`decode` as ``prepared``. None: nothing to do."""
-        return None
-
     def decode(
         self,
         chunks: Sequence[EncodedChunk],
@@ -128,7 +116,6 @@ class Backend:
         array: str,
         staging: Any = None,
         placement: Any = None,
-        prepared: Any = None,
     ) -> list[Any]:
         """Decode a batch: for each chunk a 1-D uint8 array of ``fmt.nbytes`` bytes,
         :data:`PLACED` where it was decoded straight into the output (``placement``), or
@@ -252,7 +239,7 @@ class CpuBackend(Backend):
         if not out.flags.writeable:
             raise OutputMismatchError("out is read-only")
 
-    def decode(self, chunks, fmt, array, staging=None, placement=None, prepared=None):
+    def decode(self, chunks, fmt, array, staging=None, placement=None):
         def one(item: EncodedChunk) -> np.ndarray | ChunkDecodeError:
             key, data = item
             try:

@@ -42,7 +42,6 @@ class _Fetched:
     host_staging: Any = None  # the host-decoded chunks' bytes (kept until they are decoded)
     placement: Placement | None = None
     profile: dict[str, float] | None = None  # the read's stage timings
-    prepared: Any = None  # the backend's work on this batch done on the fetch thread
 
 
 class ChunkedArrayReader:
@@ -304,18 +303,8 @@ class ChunkedArrayReader:
         fetched.placement = placement
         fetched.profile = profile
         self._learn_ratio(fetched)
-        t1 = time.perf_counter()
-        try:
-            fetched.prepared = self.backend.prepare_decode(
-                fetched.data, self.layout.chunk, fetched.staging, n_host
-            )
-        except BaseException:
-            self.backend.release_staging(fetched.staging)
-            self.backend.release_staging(fetched.host_staging)
-            raise
         if profile is not None:
-            profile["fetch"] += t1 - t0
-            profile["prepare"] = profile.get("prepare", 0.0) + time.perf_counter() - t1
+            profile["fetch"] += time.perf_counter() - t0
         return fetched
 
     def _learn_ratio(self, fetched: _Fetched) -> None:
@@ -453,7 +442,6 @@ class ChunkedArrayReader:
                 self.name,
                 staging=fetched.staging,
                 placement=placement,
-                prepared=fetched.prepared,
             )
         finally:
             self.backend.release_staging(fetched.staging)

@@ -25,7 +25,6 @@ from .staging import staging_pool
 from .zstd_batch import (
     SLOT_ALIGN,
     DecodedBatch,
-    StagedCheck,
     Workspace,
     codec_for_current_device,
     planned_temp_share,
@@ -308,19 +307,6 @@ class GpuBackend(Backend):
     def finish(self) -> None:
         """Reads stay queued on the current stream; nothing to wait for here."""
 
-    def prepare_decode(self, data, fmt, staging, n_host=0) -> StagedCheck | None:
-        """Frames bound for nvCOMP are checked, and its workspace sized, in pinned staging
-        on the fetch thread (``LINUMPY_GPU_EXACT_WORKSPACE``), off the decoder's path."""
-        if staging is None or fmt is None or not fmt.codecs or not gpu_decodable(fmt):
-            return None
-        if not zstd_api().sizes_from_frames():  # off: not even the thread's codec is needed
-            return None
-        if fmt.codecs[-1].name == "crc32c":  # stripped (and verified) by the decoder
-            return None
-        frames = [d for d in data[: len(data) - n_host] if d is not None]
-        with self.device:
-            return codec_for_current_device().check_staged(frames, fmt.nbytes, staging)
-
     def decode(
         self,
         chunks: Sequence[EncodedChunk],
@@ -328,7 +314,6 @@ class GpuBackend(Backend):
         array: str,
         staging: Any = None,
         placement: Any = None,
-        prepared: Any = None,
     ) -> list[Any]:
         with self.device:
             if not fmt.codecs:  # uncompressed: straight to the device, placed from there
@@ -342,13 +327,13 @@ class GpuBackend(Backend):
                     for i, (key, _) in enumerate(chunks)
                 ]
             if gpu_decodable(fmt):
-                return self._decode_zstd(chunks, fmt, array, staging, placement, prepared)
+                return self._decode_zstd(chunks, fmt, array, staging, placement)
             decoded = self._cpu.decode(chunks, fmt, array)  # reads the staged bytes
             if staging is not None:
                 staging.release()
             return self._upload_all(decoded)
 
-    def _decode_zstd(self, chunks, fmt, array, staging, placement, prepared=None) -> list[Any]:
+    def _decode_zstd(self, chunks, fmt, array, staging, placement) -> list[Any]:
         frames: list[Any] = []
         results: list[Any] = [None] * len(chunks)
         positions = []
@@ -402,7 +387,6 @@ class GpuBackend(Backend):
                     targets[:split],
                     workspace,
                     own,
-                    checked=None if has_crc else prepared,
                 )
                 if self._host is not None:
                     self._host.learn_gpu(fmt.nbytes, split, time.perf_counter() - t0)

@@ -7,8 +7,9 @@ Decode of one batch:
      into the caller's output slots and reports a status and an actual size per frame; with
      ``LINUMPY_GPU_EXACT_WORKSPACE=1`` its workspace is sized from the frames while they are
      still in pinned host memory (about half of what their sizes alone call for; steps 2
-     and 3's sizing then run on the fetch thread, :meth:`ZstdBatchCodec.check_staged`), and
-     where that does not fit the memory the caller gave, the batch is decoded in parts;
+     and 3's sizing then run there, before the copy of step 1 is queued:
+     :meth:`ZstdBatchCodec.check_staged`), and where that does not fit the memory the
+     caller gave, the batch is decoded in parts;
   4. frames that carry a content checksum are verified on the GPU (XXH64);
   5. anything refused or failed is decoded by the CPU zstd (numcodecs): a valid frame the GPU
      could not handle still reads correctly, a damaged one yields a reason with both verdicts.
@@ -81,23 +82,13 @@ class DecodedBatch:
 
 @dataclass
 class StagedCheck:
-    """A batch's frames checked (and their workspace sized) where the fetch stage read them,
-    in pinned staging, before the batch reaches the decoder: the decoder then skips both
-    (a round trip to the device and nvCOMP's sizing, 6-10 ms a batch, off its path)."""
+    """A batch's frames checked, and nvCOMP's workspace sized for those that pass, where
+    the fetch stage read them (pinned staging, which the device reads directly)."""
 
-    host_ptrs: np.ndarray  # uint64: where each frame starts in pinned staging
-    sizes: np.ndarray  # uint64
     status: np.ndarray  # int32, the frame check's verdict per frame
     status_d: Any  # the same on the device (the checksum kernel reads it)
     stored_d: Any  # uint32 per frame: the content checksum the frame carries
     need: int | None  # nvCOMP's workspace for the frames that passed, read from them
-
-    def matches(self, host_ptrs: np.ndarray | None, sizes: np.ndarray) -> bool:
-        return (
-            host_ptrs is not None
-            and np.array_equal(host_ptrs, self.host_ptrs)
-            and np.array_equal(sizes, self.sizes)
-        )
 
 
 @dataclass
@@ -198,21 +189,9 @@ class ZstdBatchCodec:
 
     # -- decode -------------------------------------------------------------------------
 
-    def check_staged(self, frames: Sequence[Any], nbytes: int, staging: Any) -> StagedCheck | None:
-        """Check ``frames`` (views into ``staging``'s pinned arenas) and size nvCOMP's
-        workspace for those that pass, reading them in host memory (the device reads pinned
-        memory directly; no copy). Meant for the fetch thread, while the decoder works on
-        the previous batch; None where a frame is not staged or sizing is off."""
-        if not frames or not self.api.sizes_from_frames():
-            return None
-        where = [staging.locate(v) for v in frames]
-        if any(w is None for w in where):
-            return None
-        n = len(frames)
-        host_ptrs = np.fromiter(
-            (staging.arenas[a].base + o for a, o in where), dtype=np.uint64, count=n
-        )
-        sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=n)
+    def check_staged(self, host_ptrs: np.ndarray, sizes: np.ndarray, nbytes: int) -> StagedCheck:
+        """Check the frames at ``host_ptrs`` (pinned host memory, read by the device without
+        a copy) and size nvCOMP's workspace for those that pass, from the same bytes."""
         base = host_ptrs.min()
         status_d, stored_d, status = self._check_frames(base, host_ptrs - base, sizes, nbytes)
         ok = np.flatnonzero((status == 0) | (status == 1))
@@ -224,7 +203,7 @@ class ZstdBatchCodec:
                 d_ok[0].data.ptr, d_ok[1].data.ptr, m, nbytes, m * nbytes, self.stream.ptr
             )
         self.stream.synchronize()
-        return StagedCheck(host_ptrs, sizes, status, status_d, stored_d, need)
+        return StagedCheck(status, status_d, stored_d, need)
 
     def _check_frames(
         self, base: np.uint64, offsets: np.ndarray, sizes: np.ndarray, nbytes: int
@@ -255,7 +234,6 @@ class ZstdBatchCodec:
         targets: np.ndarray | None = None,
         workspace: Workspace | None = None,
         slot_region: tuple[int, int, Any] | None = None,
-        checked: StagedCheck | None = None,
     ) -> DecodedBatch:
         """Decode host-resident frames (bytes / memoryviews) of ``nbytes`` each.
 
@@ -266,11 +244,16 @@ class ZstdBatchCodec:
         ``workspace`` where they fit. ``slot_region`` (address, bytes, owner): memory the
         slots may decode into if they fit, but not stay in: once decoded they move into
         nvCOMP's workspace, which the batch no longer needs (the caller's output bytes that
-        this batch will write). ``checked``: what :meth:`check_staged` found for the same
-        frames (ignored unless it describes exactly these)."""
+        this batch will write).
+
+        With the workspace sized from the frames (``LINUMPY_GPU_EXACT_WORKSPACE``), staged
+        frames are checked and sized where they are, before this batch's copy is queued:
+        nvCOMP's sizing waits for whatever the device is doing (a copy in flight cost it 6-10
+        ms a batch, a running decode ~36 ms), and between batches the device is idle."""
         workspace = workspace or Workspace()
         sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
         self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
+        sizing = self.api.sizes_from_frames()
         where = None
         if staging is not None and frames:
             where = [staging.locate(v) for v in frames]
@@ -280,19 +263,7 @@ class ZstdBatchCodec:
             host_ptrs = np.fromiter(
                 (staging.arenas[a].base + o for a, o in where), dtype=np.uint64, count=len(frames)
             )
-            # when the frames are sized, the arenas stay ours until then (read there)
-            sizing = self.api.sizes_from_frames()
-            comp, starts = staging.upload(
-                lambda n: workspace.take(n, self.stream), self.stream, release=not sizing
-            )
-            offsets = np.fromiter(
-                (starts[a] + o for a, o in where), dtype=np.uint64, count=len(frames)
-            )
-            release = staging.release
-            if checked is not None and not checked.matches(host_ptrs, sizes):
-                checked = None
-        else:
-            checked = None
+        else:  # packed into this codec's own pinned buffer first
             padded = (sizes + np.uint64(SLOT_ALIGN - 1)) // np.uint64(SLOT_ALIGN)
             padded *= np.uint64(SLOT_ALIGN)
             offsets = np.zeros(len(frames), dtype=np.uint64)
@@ -302,11 +273,23 @@ class ZstdBatchCodec:
             host = self.pinned(max(total, 1))
             for f, off, size in zip(frames, offsets, sizes, strict=True):
                 host[int(off) : int(off) + int(size)] = np.frombuffer(f, dtype=np.uint8)
+            host_ptrs = np.uint64(host.ctypes.data) + offsets
+        checked = self.check_staged(host_ptrs, sizes, nbytes) if sizing and frames else None
+        if where is not None:
+            # when the frames are sized, the arenas stay ours until then (read there: a
+            # batch too large for its workspace is sized again in parts)
+            comp, starts = staging.upload(
+                lambda n: workspace.take(n, self.stream), self.stream, release=not sizing
+            )
+            offsets = np.fromiter(
+                (starts[a] + o for a, o in where), dtype=np.uint64, count=len(frames)
+            )
+            release = staging.release
+        else:
             comp = workspace.take(max(total, 1), self.stream)
             comp.data.copy_from_host_async(
                 ctypes.c_void_p(host.ctypes.data), max(total, 1), self.stream
             )
-            host_ptrs = np.uint64(host.ctypes.data) + offsets
             release = staging.release if staging is not None else None
         return self._decode_staged(
             comp,
@@ -521,9 +504,9 @@ class ZstdBatchCodec:
         sized: int | None = None,
     ) -> tuple[list[tuple[int, int, int]], int]:
         """How the ``m`` checked frames are decoded: [(first, stop, workspace bytes)] and
-        the workspace to take. One part, with the workspace the frames need (sized from
-        their pinned copies, or ``sized`` where the fetch stage did; from their sizes alone
-        without them); where that exceeds the room ``workspace`` has left, as many parts as
+        the workspace to take. One part, with the workspace the frames need (``sized``
+        where they were checked before their copy, else sized from their pinned copies;
+        from their sizes alone without them); where that exceeds the room ``workspace`` has left, as many parts as
         it takes for each to fit."""
         by_sizes = self.api.decompress_temp_bytes(m, nbytes, m * nbytes, self.stream.ptr)
         if host_ptrs is None or not self.api.sizes_from_frames():
