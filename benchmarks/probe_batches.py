@@ -5,9 +5,10 @@
 
 For one OME-Zarr image (level 0, warm page cache), once with nvCOMP's workspace sized from
 the chunk sizes alone and once sized from the frames (``LINUMPY_GPU_EXACT_WORKSPACE``): the
-whole read, and per batch its chunks, the time spent sizing the workspace and the time of
-the whole batch decode (copy to the device, frame check, sizing, nvCOMP, checksums; each
-batch decode waits for its GPU work). Run 19 saw 10 batches of 58 ms with the frames sized
+whole read, and per batch its chunks, the time spent sizing the workspace (with the frame
+check before the batch's copy, where frames are sized) and the time of the whole batch
+decode (copy to the device, frame check, sizing, nvCOMP, checksums; each batch decode
+waits for its GPU work). Run 19 saw 10 batches of 58 ms with the frames sized
 against 13 of 41 ms without: this says whether the sizing or the larger batches cost it.
 """
 
