@@ -81,11 +81,12 @@ class NvcompError(RuntimeError):
 
 
 def exact_workspace_requested() -> bool:
-    """``LINUMPY_GPU_EXACT_WORKSPACE=1``: size nvCOMP's zstd workspace from the frames (on
-    the fetch thread, while the previous batch decodes). It halves the workspace of zstd
-    level 3 frames, so batches within the memory budget are fewer (128^3: 10 -> 7), but
-    nvCOMP's sizing waits for the running decode and each larger batch takes longer: no
-    faster on the H200 host (docs/performance.md, runs 19-22 and 32), so off by default."""
+    """``LINUMPY_GPU_EXACT_WORKSPACE=1``: size nvCOMP's zstd workspace from the frames (in
+    pinned staging, before each batch's copy to the device). It halves the workspace of
+    zstd level 3 frames, so batches within the memory budget are fewer (128^3: 9 -> 7,
+    planes 9 -> 6) for 10-19 ms of checking and sizing per batch: 6-10% faster for 2-4 MiB
+    chunks on the H200 host (run 40), not yet measured for small chunks, where a batch is
+    short beside that cost; off by default until it is (docs/performance.md)."""
     value = os.environ.get("LINUMPY_GPU_EXACT_WORKSPACE", "0").strip()
     if value not in ("", "0", "1"):
         raise ValueError(f"LINUMPY_GPU_EXACT_WORKSPACE must be 0 or 1, got {value!r}")
