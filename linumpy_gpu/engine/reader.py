@@ -298,8 +298,7 @@ class ChunkedArrayReader:
         profile: dict[str, float] | None = None,
     ) -> _Fetched:
         t0 = time.perf_counter()
-        n_host = placement.host if placement is not None else 0
-        fetched = self._fetch_staged(tasks, n_host)
+        fetched = self._fetch_staged(tasks, placement.host if placement is not None else 0)
         fetched.placement = placement
         fetched.profile = profile
         self._learn_ratio(fetched)

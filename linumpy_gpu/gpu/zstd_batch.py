@@ -506,8 +506,8 @@ class ZstdBatchCodec:
         """How the ``m`` checked frames are decoded: [(first, stop, workspace bytes)] and
         the workspace to take. One part, with the workspace the frames need (``sized``
         where they were checked before their copy, else sized from their pinned copies;
-        from their sizes alone without them); where that exceeds the room ``workspace`` has left, as many parts as
-        it takes for each to fit."""
+        from their sizes alone without them); where that exceeds the room ``workspace``
+        has left, as many parts as it takes for each to fit."""
         by_sizes = self.api.decompress_temp_bytes(m, nbytes, m * nbytes, self.stream.ptr)
         if host_ptrs is None or not self.api.sizes_from_frames():
             return [(0, m, by_sizes)], by_sizes
