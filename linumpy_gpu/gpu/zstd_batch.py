@@ -525,7 +525,8 @@ class ZstdBatchCodec:
             worst = self.api.decompress_temp_bytes(count, nbytes, count * nbytes, self.stream.ptr)
             return worst if need is None or need > worst else need
 
-        need = sized if sized is not None and sized <= by_sizes else exact(0, m)
+        # checked before their copy: already sized (never above the estimate from sizes)
+        need = min(sized, by_sizes) if sized is not None else exact(0, m)
         _learn_temp_share(nbytes, need / max(1, by_sizes))
         room = workspace.room()
         if room is None or need <= room or m == 1:
