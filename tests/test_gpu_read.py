@@ -402,31 +402,3 @@ def test_damaged_chunks_on_host_threads_and_nvcomp_in_one_batch(tmp_path, cp):
     assert whole_host.last_profile["host_chunks"] == whole_host.last_profile["chunks"]
     with pytest.raises(lg.ChunkDecodeError, match="c/7/0/0"):
         whole_host.read((slice(50, 64),))
-
-
-def test_chunks_placed_in_wide_units_and_element_by_element(tmp_path, cp, monkeypatch):
-    """Reads whose rows are 16-, 8-, 4-byte aligned, or not at all, each place their chunks
-    with the matching copy kernel and give the same data."""
-    from linumpy_gpu.gpu import backend as backend_module
-
-    used: list[str] = []
-    original = backend_module.kernel
-
-    def spy(name):
-        used.append(name)
-        return original(name)
-
-    monkeypatch.setattr(backend_module, "kernel", spy)
-    data = volume(shape=(8, 24, 64))
-    arr = write_zarr_variant(tmp_path / "a.zarr", "v3-zstd", data, chunks=(4, 8, 32))
-    reader = gpu_reader(arr)
-    for region, unit in [
-        ((), 16),
-        ((slice(None), slice(None), slice(4, 60)), 8),
-        ((slice(1, 7), slice(3, 20), slice(2, 62)), 4),
-        ((slice(None), slice(None), slice(1, 33)), 2),
-        ((slice(None), slice(None), slice(None, None, 2)), 2),
-    ]:
-        used.clear()
-        np.testing.assert_array_equal(reader.read(region).get(), arr[region], err_msg=str(region))
-        assert f"scatter_flat_{unit}" in used, (region, used)

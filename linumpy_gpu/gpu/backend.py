@@ -17,7 +17,6 @@ from ..engine.fetch import ByteSource
 from ..engine.layout import ChunkFormat
 from ..env import env_float, env_int
 from ..errors import ChunkDecodeError, DeviceMemoryError, OutputMismatchError
-from .copy_jobs import elements_per_job, in_units, widest_unit
 from .host_decode import DEFAULT_THREADS, host_decoder
 from .kernels import kernel
 from .kvikio_fetch import KvikioFileSource, kvikio_available
@@ -33,8 +32,6 @@ from .zstd_batch import (
 )
 
 MAX_SCATTER_DIMS = 6
-# Thread blocks per copy job (a chunk): enough to fill the device with a few dozen jobs.
-FLAT_BLOCKS_PER_JOB = 256
 # nvCOMP decodes each chunk serially: a batch of 500 chunks takes about as long as one of
 # 30, so batches are as large as memory allows, up to this many decoded bytes.
 MAX_BATCH_BYTES = 2 << 30
@@ -242,24 +239,19 @@ class GpuBackend(Backend):
 
     def _launch_copy(self, jobs: np.ndarray, ndim: int, itemsize: int) -> None:
         n = len(jobs)
-        unit = widest_unit(jobs, ndim, itemsize)
-        elements = int(elements_per_job(jobs, ndim).max()) * itemsize // unit
-        if elements < 2**32:  # one element per thread, over the whole job
-            jobs = in_units(jobs, ndim, itemsize, unit)
-            fn = kernel(f"scatter_flat_{unit}")
-            block = 256
-            grid_x = max(1, min(-(-elements // block), FLAT_BLOCKS_PER_JOB))
-        else:  # one row per block
-            rows = int(np.prod(jobs[:, 2 : 1 + ndim], axis=1).max()) if ndim > 1 else 1
-            inner = int(jobs[:, 1 + ndim].max())
-            block = 256 if inner >= 256 else max(32, 1 << (inner - 1).bit_length())
-            fn = kernel(f"scatter_{itemsize}")
-            grid_x = max(1, min(rows, 4096))
+        rows = int(np.prod(jobs[:, 2 : 1 + ndim], axis=1).max()) if ndim > 1 else 1
+        inner = int(jobs[:, 1 + ndim].max())
+        block = 256 if inner >= 256 else max(32, 1 << (inner - 1).bit_length())
+        fn = kernel(f"scatter_{itemsize}")
         with self.device:
             d_jobs = self.xp.asarray(jobs)
             for first in range(0, n, 65535):
                 count = min(65535, n - first)
-                fn((grid_x, count), (block,), (d_jobs[first : first + count], np.int32(ndim)))
+                fn(
+                    (max(1, min(rows, 4096)), count),
+                    (block,),
+                    (d_jobs[first : first + count], np.int32(ndim)),
+                )
 
     def acquire_staging(self):
         return staging_pool().batch()

@@ -241,37 +241,6 @@ SCATTER(scatter_1, unsigned char)
 SCATTER(scatter_2, unsigned short)
 SCATTER(scatter_4, unsigned int)
 SCATTER(scatter_8, unsigned long long)
-
-/* The same jobs, one element per thread over the whole job (rows of a few elements, such
-   as 16-byte units of a 256-byte row, leave no thread of a row-per-block copy idle).
-   Jobs of fewer than 2^32 elements (the caller checks). */
-#define SCATTER_FLAT(NAME, T) \
-extern "C" __global__ void NAME(const long long* __restrict__ jobs, const int ndim) { \
-    const long long* J = jobs + (long long)blockIdx.y * 20; \
-    const T* src = (const T*)J[0]; \
-    T* dst = (T*)J[1]; \
-    const long long* shape = J + 2; \
-    const long long* ss = J + 8; \
-    const long long* ds = J + 14; \
-    unsigned int total = 1; \
-    for (int k = 0; k < ndim; ++k) total *= (unsigned int)shape[k]; \
-    const unsigned int step = gridDim.x * blockDim.x; \
-    for (unsigned int e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) { \
-        unsigned int rem = e; \
-        long long so = 0, dof = 0; \
-        for (int k = ndim - 1; k >= 0; --k) { \
-            const unsigned int n = (unsigned int)shape[k]; \
-            const unsigned int idx = rem % n; rem /= n; \
-            so += (long long)idx * ss[k]; dof += (long long)idx * ds[k]; \
-        } \
-        dst[dof] = src[so]; \
-    } \
-}
-SCATTER_FLAT(scatter_flat_1, unsigned char)
-SCATTER_FLAT(scatter_flat_2, unsigned short)
-SCATTER_FLAT(scatter_flat_4, unsigned int)
-SCATTER_FLAT(scatter_flat_8, uint2)
-SCATTER_FLAT(scatter_flat_16, uint4)
 """
 
 # status -> (meaning, decodable by the CPU as valid zstd)
