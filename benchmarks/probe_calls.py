@@ -26,6 +26,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -109,7 +110,13 @@ def timed_steps() -> Iterator[StepTimer]:
     from linumpy_gpu.gpu.zstd_batch import ZstdBatchCodec
 
     timer = StepTimer()
-    external = cupy.cuda.ExternalStream
+
+    def external(ptr: int) -> Any:
+        # nvCOMP takes raw stream handles; cupy 14 deprecates wrapping one, still supported
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return cupy.cuda.ExternalStream(ptr)
+
     decode_host = ZstdBatchCodec.decode_host
 
     def batch(codec: Any, frames: Any, *args: Any, **kwargs: Any) -> Any:
