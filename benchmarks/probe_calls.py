@@ -10,7 +10,9 @@ reads, with nvCOMP's workspace sized from chunk sizes (``--exact 0``) and from t
 
 * host milliseconds inside each step of the batch decode (a step that waits for the GPU
   shows the wait): the copy to the device, the frame check, the workspace sizing, the
-  planning of nvCOMP's parts, the moving of decoded slots, the placing into the output;
+  planning of nvCOMP's parts, the moving of decoded slots, the placing into the output,
+  and the small uploads and workspace carving inside them (a step nested in another
+  counts in both);
 * GPU milliseconds of the same steps, from CUDA events recorded around them on the stream
   they ran on, and where on the read's GPU timeline (ms from the read's start) each began.
 
