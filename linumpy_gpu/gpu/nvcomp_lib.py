@@ -84,9 +84,9 @@ def exact_workspace_requested() -> bool:
     """``LINUMPY_GPU_EXACT_WORKSPACE=1``: size nvCOMP's zstd workspace from the frames (in
     pinned staging, before each batch's copy to the device). It halves the workspace of
     zstd level 3 frames, so batches within the memory budget are fewer (128^3: 9 -> 7,
-    planes 9 -> 6) for 10-19 ms of checking and sizing per batch: 6-10% faster for 2-4 MiB
-    chunks on the H200 host (run 40), not yet measured for small chunks, where a batch is
-    short beside that cost; off by default until it is (docs/performance.md)."""
+    planes 9 -> 6), but nvCOMP's sizing costs 8-12 ms a batch and cannot overlap a decode:
+    on the H200 host +6-10% in run 40, +4% / -6% (128^3 / planes) in run 42, about the
+    ~35 ms of nvCOMP per batch it saves. Off by default (docs/performance.md)."""
     value = os.environ.get("LINUMPY_GPU_EXACT_WORKSPACE", "0").strip()
     if value not in ("", "0", "1"):
         raise ValueError(f"LINUMPY_GPU_EXACT_WORKSPACE must be 0 or 1, got {value!r}")
@@ -217,8 +217,9 @@ class ZstdApi:
     ) -> int | None:
         """The workspace the frames at ``ptrs`` (a device array of ``n`` pointers, with
         their sizes at ``sizes``) need, read from the frames; None where this nvCOMP cannot
-        tell. Synchronizes ``stream``. Frames in pinned host memory are sized in well under
-        a millisecond (H200 host: 0.4 ms for 64 frames of 4 MiB; 33 ms from device memory)."""
+        tell. Waits for the device, not only ``stream`` (a running decode delays it). Frames
+        in pinned host memory: 7.7-12.3 ms for 50-544 frames of 2-4 MiB inside a read on the
+        H200 host (run 42); from device memory 33-44 ms (run 17)."""
         if not self.sizes_from_frames():
             return None
         out = c_size_t(0)

@@ -248,8 +248,8 @@ class ZstdBatchCodec:
 
         With the workspace sized from the frames (``LINUMPY_GPU_EXACT_WORKSPACE``), staged
         frames are checked and sized where they are, before this batch's copy is queued:
-        nvCOMP's sizing waits for whatever the device is doing (a copy in flight cost it 6-10
-        ms a batch, a running decode ~36 ms), and between batches the device is idle."""
+        nvCOMP's sizing (8-12 ms a batch itself, run 42) also waits for whatever the device
+        is doing (a running decode: ~36 ms more), and between batches the device is idle."""
         workspace = workspace or Workspace()
         sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
         self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
