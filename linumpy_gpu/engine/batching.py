@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .plan import ChunkTask
+from .plan import ChunkBounds
 
 SLOT_ALIGN = 256
 
@@ -57,33 +57,34 @@ class Placement:
 
 
 def output_geometry(
-    tasks: Sequence[ChunkTask],
+    bounds: ChunkBounds,
     work: Any,
     chunk_shape: tuple[int, ...],
     itemsize: int,
     plain_chunks: bool,
 ) -> OutputGeometry | None:
-    """The geometry of ``tasks`` in ``work``, or None when ``work`` is not one C-contiguous
-    block (then batches neither decode in place nor borrow output memory)."""
-    if not tasks or not getattr(work, "flags", None) or not work.flags.c_contiguous:
+    """The geometry of the chunks at ``bounds`` (:func:`~.plan.chunk_bounds`) in ``work``,
+    or None when ``work`` is not one C-contiguous block (then batches neither decode in
+    place nor borrow output memory)."""
+    n = len(bounds.whole)
+    if not n or not getattr(work, "flags", None) or not work.flags.c_contiguous:
         return None
     ndim = work.ndim
     strides = np.asarray(work.strides, dtype=np.int64)
-    starts = np.array([[s.start for s in t.out_region] for t in tasks], dtype=np.int64)
-    stops = np.array([[s.stop for s in t.out_region] for t in tasks], dtype=np.int64)
+    starts, stops = bounds.out_start, bounds.out_stop
     first = (starts * strides).sum(axis=1)
     end = ((stops - 1) * strides).sum(axis=1) + itemsize
     written_end = np.maximum.accumulate(end)
-    direct = np.full(len(tasks), -1, dtype=np.int64)
+    direct = np.full(n, -1, dtype=np.int64)
     if plain_chunks:
         extents = stops - starts
         chunk = np.asarray(chunk_shape, dtype=np.int64)
-        whole = np.array([t.whole for t in tasks]) & (extents == chunk).all(axis=1)
+        whole = bounds.whole & (extents == chunk).all(axis=1)
         # contiguous: after the first axis longer than one, every axis spans the output
         full_axes = extents == np.asarray(work.shape, dtype=np.int64)
         ok = whole.copy()
         for axis in range(ndim):
-            longer = (extents[:, :axis] > 1).any(axis=1) if axis else np.zeros(len(tasks), bool)
+            longer = (extents[:, :axis] > 1).any(axis=1) if axis else np.zeros(n, bool)
             ok &= ~longer | full_axes[:, axis]
         ok &= first % SLOT_ALIGN == 0
         direct[ok] = first[ok]

@@ -25,7 +25,7 @@ from .backend import PLACED, Backend
 from .batching import Placement, output_geometry, plan_batches
 from .fetch import ByteRequest, ByteSource, coalesce, source_for
 from .layout import ArrayLayout, layout_of
-from .plan import ChunkTask, plan_chunks
+from .plan import ChunkTask, chunk_bounds, plan_chunks
 from .selection import Selection, normalize_selection
 from .sharding import ShardIndexError, index_request_args, inner_entry, parse_index, shard_coords
 
@@ -133,8 +133,9 @@ class ChunkedArrayReader:
                 and not fmt.needs_byteswap
                 and fmt.stored_dtype.itemsize == layout.dtype.itemsize
             )
+            bounds = chunk_bounds(sel, layout.shape, layout.chunk_shape)
             geometry = output_geometry(
-                tasks, work, layout.chunk_shape, layout.dtype.itemsize, plain
+                bounds, work, layout.chunk_shape, layout.dtype.itemsize, plain
             )
         out_nbytes = sel.size * layout.dtype.itemsize
         batches = self._batches(tasks, geometry, out_nbytes, sel.size == math.prod(layout.shape))
