@@ -67,6 +67,8 @@ def peer_readers(array_path: str, raw_path: str | None, which: str) -> dict[str,
     import cupy
 
     out: dict[str, Callable[[], Any]] = {}
+    if which == "none":
+        return out
     cpu_arr = zarr.open_array(array_path, mode="r")
     out["zarr-python CPU + copy"] = lambda: cupy.asarray(cpu_arr[...])
     if which == "fast":
@@ -366,7 +368,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="/tmp/linumpy-bench")
     ap.add_argument("--cases", default="design-128")
-    ap.add_argument("--peers", choices=["all", "fast"], default="all")
+    ap.add_argument(
+        "--peers",
+        choices=["all", "fast", "none"],
+        default="all",
+        help="fast: zarr-python alone; none: ours alone (for comparing our own settings)",
+    )
     ap.add_argument(
         "--raw-for", default="design-128", help="cases that get an uncompressed copy for kvikio"
     )

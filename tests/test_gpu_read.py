@@ -402,3 +402,39 @@ def test_damaged_chunks_on_host_threads_and_nvcomp_in_one_batch(tmp_path, cp):
     assert whole_host.last_profile["host_chunks"] == whole_host.last_profile["chunks"]
     with pytest.raises(lg.ChunkDecodeError, match="c/7/0/0"):
         whole_host.read((slice(50, 64),))
+
+
+@pytest.mark.parametrize("wide", ["1", "0"])
+def test_chunks_placed_in_the_widest_unit_their_rows_allow(tmp_path, cp, monkeypatch, wide):
+    """Reads whose rows are 16-, 8-, 4-byte aligned, or not at all (strided), place their
+    chunks with the matching copy kernel and give the same data; so do blocks that must
+    loop over their rows (few blocks per chunk) and the one-row-per-block copy."""
+    from linumpy_gpu.gpu import backend as backend_module
+
+    monkeypatch.setenv("LINUMPY_GPU_WIDE_COPY", wide)
+    used: list[str] = []
+    original = backend_module.kernel
+
+    def spy(name):
+        used.append(name)
+        return original(name)
+
+    monkeypatch.setattr(backend_module, "kernel", spy)
+    data = volume(shape=(8, 24, 64))
+    arr = write_zarr_variant(tmp_path / "a.zarr", "v3-zstd", data, chunks=(4, 8, 32))
+    reader = gpu_reader(arr)
+    for blocks in (4096, 1):
+        monkeypatch.setattr(backend_module, "MAX_COPY_BLOCKS_PER_JOB", blocks)
+        for region, unit in [
+            ((), 16),
+            ((slice(None), slice(None), slice(4, 60)), 8),
+            ((slice(1, 7), slice(3, 20), slice(2, 62)), 4),
+            ((slice(None), slice(None), slice(1, 33)), 2),
+            ((slice(None), slice(None), slice(None, None, 2)), 2),
+            ((slice(None), slice(None, None, -1), slice(None, None, -3)), 2),
+        ]:
+            used.clear()
+            got = reader.read(region).get()
+            np.testing.assert_array_equal(got, arr[region], err_msg=f"{region} {blocks}")
+            expected_unit = unit if wide == "1" else 2
+            assert f"scatter_{expected_unit}" in used, (region, used)

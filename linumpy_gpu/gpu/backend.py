@@ -17,6 +17,7 @@ from ..engine.fetch import ByteSource
 from ..engine.layout import ChunkFormat
 from ..env import env_float, env_int
 from ..errors import ChunkDecodeError, DeviceMemoryError, OutputMismatchError
+from .copy_jobs import SHAPE, in_units, wide_copy_units, widest_unit
 from .host_decode import DEFAULT_THREADS, host_decoder
 from .kernels import kernel
 from .kvikio_fetch import KvikioFileSource, kvikio_available
@@ -32,6 +33,8 @@ from .zstd_batch import (
 )
 
 MAX_SCATTER_DIMS = 6
+COPY_BLOCK = 256
+MAX_COPY_BLOCKS_PER_JOB = 4096
 # nvCOMP decodes each chunk serially: a batch of 500 chunks takes about as long as one of
 # 30, so batches are as large as memory allows, up to this many decoded bytes.
 MAX_BATCH_BYTES = 2 << 30
@@ -239,18 +242,30 @@ class GpuBackend(Backend):
 
     def _launch_copy(self, jobs: np.ndarray, ndim: int, itemsize: int) -> None:
         n = len(jobs)
-        rows = int(np.prod(jobs[:, 2 : 1 + ndim], axis=1).max()) if ndim > 1 else 1
-        inner = int(jobs[:, 1 + ndim].max())
-        block = 256 if inner >= 256 else max(32, 1 << (inner - 1).bit_length())
-        fn = kernel(f"scatter_{itemsize}")
+        unit = widest_unit(jobs, ndim, itemsize) if wide_copy_units() else itemsize
+        jobs = in_units(jobs, ndim, itemsize, unit)
+        rows = int(np.prod(jobs[:, SHAPE : SHAPE + ndim - 1], axis=1).max()) if ndim > 1 else 1
+        inner = int(jobs[:, SHAPE + ndim - 1].max())
+        lanes = min(COPY_BLOCK, 1 << max(0, inner - 1).bit_length())
+        if wide_copy_units():
+            block = COPY_BLOCK
+        else:  # one row per block, as before wide units (kept for comparison runs)
+            lanes = max(32, lanes)
+            block = lanes
+        grid_x = max(1, min(-(-rows // (block // lanes)), MAX_COPY_BLOCKS_PER_JOB))
+        fn = kernel(f"scatter_{unit}")
         with self.device:
             d_jobs = self.xp.asarray(jobs)
             for first in range(0, n, 65535):
                 count = min(65535, n - first)
                 fn(
-                    (max(1, min(rows, 4096)), count),
+                    (grid_x, count),
                     (block,),
-                    (d_jobs[first : first + count], np.int32(ndim)),
+                    (
+                        d_jobs[first : first + count],
+                        np.int32(ndim),
+                        np.int32(lanes.bit_length() - 1),
+                    ),
                 )
 
     def acquire_staging(self):

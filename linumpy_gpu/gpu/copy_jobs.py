@@ -1,0 +1,66 @@
+"""Strided copy jobs (one per chunk: decoded chunk -> output, or output -> packed chunk),
+the unit they are copied in, and how many rows a thread block copies.
+
+A job row (int64): source address, target address, shape[6], source strides[6], target
+strides[6]; strides in elements, target strides negative for reversed views. Rows that are
+contiguous on both sides are copied in the widest unit (16, 8 or 4 bytes) that every row
+length, stride and address of the launch is a multiple of: a 128^3 uint16 chunk is rows of
+256 bytes, 16 loads of 16 bytes instead of 128 of 2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..env import env_int
+
+JOB_COLUMNS = 20
+SHAPE, SOURCE_STRIDES, TARGET_STRIDES = 2, 8, 14
+WIDE_UNITS = (16, 8, 4)
+
+
+def wide_copy_units() -> bool:
+    """Whether copies use wide units and several rows per thread block (the default);
+    ``LINUMPY_GPU_WIDE_COPY=0`` copies one row per block in the array's own items."""
+    return bool(env_int("LINUMPY_GPU_WIDE_COPY", 1))
+
+
+def widest_unit(jobs: np.ndarray, ndim: int, itemsize: int) -> int:
+    """The widest unit in bytes (at least ``itemsize``) that all ``jobs`` can be copied in."""
+    last = ndim - 1
+    if (
+        not (jobs[:, SOURCE_STRIDES + last] == 1).all()
+        or not (jobs[:, TARGET_STRIDES + last] == 1).all()
+    ):
+        return itemsize
+    multiples = np.concatenate(
+        [
+            jobs[:, :2],
+            jobs[:, SHAPE + last : SHAPE + last + 1] * itemsize,
+            jobs[:, SOURCE_STRIDES : SOURCE_STRIDES + last] * itemsize,
+            jobs[:, TARGET_STRIDES : TARGET_STRIDES + last] * itemsize,
+        ],
+        axis=1,
+    )
+    for unit in WIDE_UNITS:
+        if unit <= itemsize:
+            break
+        if not (multiples % unit).any():
+            return unit
+    return itemsize
+
+
+def in_units(jobs: np.ndarray, ndim: int, itemsize: int, unit: int) -> np.ndarray:
+    """``jobs`` rewritten to copy ``unit``-byte elements (from :func:`widest_unit`)."""
+    if unit == itemsize:
+        return jobs
+    out = jobs.copy()
+    last = ndim - 1
+    out[:, SHAPE + last] = jobs[:, SHAPE + last] * itemsize // unit
+    for base in (SOURCE_STRIDES, TARGET_STRIDES):
+        out[:, base : base + last] = jobs[:, base : base + last] * itemsize // unit
+    return out
+
+
+def elements_per_job(jobs: np.ndarray, ndim: int) -> np.ndarray:
+    return np.prod(jobs[:, SHAPE : SHAPE + ndim], axis=1)
