@@ -225,7 +225,10 @@ def run_case(name: str, spec: dict, args: argparse.Namespace) -> list[dict]:
         flush=True,
     )
     rows = []
-    readers = {**peer_readers(array_path, raw_path, args.peers), **our_readers(path, array_path)}
+    ours = our_readers(path, array_path)
+    if args.ours == "default":
+        ours = {k: v for k, v in ours.items() if k == "linumpy_gpu open_ome_zarr_gpu"}
+    readers = {**peer_readers(array_path, raw_path, args.peers), **ours}
     if args.cold_only:
         readers = {}
     expected = ref[...] if readers else None
@@ -373,6 +376,12 @@ def main() -> None:
         choices=["all", "fast", "none"],
         default="all",
         help="fast: zarr-python alone; none: ours alone (for comparing our own settings)",
+    )
+    ap.add_argument(
+        "--ours",
+        choices=["all", "default"],
+        default="all",
+        help="default: open_ome_zarr_gpu alone (no 3x-scratch or gpu_zarr_context reads)",
     )
     ap.add_argument(
         "--raw-for", default="design-128", help="cases that get an uncompressed copy for kvikio"
