@@ -234,12 +234,23 @@ extern "C" __global__ void NAME(const long long* __restrict__ jobs, const int nd
     const int lanes = 1 << lanes_log2; \
     const int lane = threadIdx.x & (lanes - 1); \
     const long long rows_per_block = blockDim.x >> lanes_log2; \
+    const bool narrow = rows <= 0xFFFFFFFFll; /* 32-bit division: several times cheaper */ \
     for (long long r = blockIdx.x * rows_per_block + (threadIdx.x >> lanes_log2); r < rows; \
          r += gridDim.x * rows_per_block) { \
-        long long rem = r, so = 0, dof = 0; \
-        for (int k = ndim - 2; k >= 0; --k) { \
-            const long long idx = rem % shape[k]; rem /= shape[k]; \
-            so += idx * ss[k]; dof += idx * ds[k]; \
+        long long so = 0, dof = 0; \
+        if (narrow) { \
+            unsigned int rem = (unsigned int)r; \
+            for (int k = ndim - 2; k >= 0; --k) { \
+                const unsigned int n = (unsigned int)shape[k]; \
+                const unsigned int idx = rem % n; rem /= n; \
+                so += (long long)idx * ss[k]; dof += (long long)idx * ds[k]; \
+            } \
+        } else { \
+            long long rem = r; \
+            for (int k = ndim - 2; k >= 0; --k) { \
+                const long long idx = rem % shape[k]; rem /= shape[k]; \
+                so += idx * ss[k]; dof += idx * ds[k]; \
+            } \
         } \
         for (long long i = lane; i < inner; i += lanes) \
             dst[dof + i * di] = src[so + i * si]; \
