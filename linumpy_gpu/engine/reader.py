@@ -11,7 +11,7 @@ import math
 import threading
 import time
 import warnings
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from ..env import env_int
 from ..errors import ChunkDecodeError, DamagedChunkWarning, LinumpyGpuError
 from .assemble import fill
 from .backend import PLACED, Backend
@@ -32,10 +31,6 @@ from .sharding import ShardIndexError, index_request_args, inner_entry, parse_in
 
 # Longest run of adjacent inner chunks of a shard read into staging in one request.
 STAGED_RUN_BYTES = 8 << 20
-# Batches fetched ahead of the one decoding, on storage its source measured slow (a cold
-# disk): each fetch ends by draining its reads, and the next one's reads keep the disk busy
-# meanwhile. One on the page cache, where a fetch outruns the decoder anyway.
-SLOW_FETCHES_AHEAD = env_int("LINUMPY_GPU_SLOW_FETCHES_AHEAD", 2, minimum=1)
 
 
 @dataclass
@@ -201,8 +196,7 @@ class ChunkedArrayReader:
         progress: Any,
         on_damaged: str,
     ) -> tuple[list[ChunkDecodeError], int]:
-        """Fetch, decode and place every batch; batch k+1 is fetched while batch k decodes
-        (and k+2 as well where the source measured slow storage).
+        """Fetch, decode and place every batch; batch k+1 is fetched while batch k decodes.
         ``targets(fetched, i)`` lists the (output, task) pairs chunk i of a batch feeds.
         Returns the damaged chunks (with ``on_damaged="fill"``) and the number of batches."""
         damaged: list[ChunkDecodeError] = []
@@ -223,34 +217,27 @@ class ChunkedArrayReader:
         if len(first[0]) == n_tasks:  # one batch: nothing to overlap
             run(self._fetch(*first, profile))
             return damaged, n_batches
-        with ThreadPoolExecutor(SLOW_FETCHES_AHEAD, thread_name_prefix="linumpy-prefetch") as pool:
-            pending: deque[Future] = deque([pool.submit(self._fetch, *first, profile)])
-            planned_all = False
+        with ThreadPoolExecutor(1, thread_name_prefix="linumpy-prefetch") as prefetch:
+            pending: Future | None = prefetch.submit(self._fetch, *first, profile)
             try:
-                while pending:
+                while pending is not None:
                     t0 = time.perf_counter()
-                    fetched = pending.popleft().result()
+                    fetched = pending.result()
                     profile["wait_fetch"] += time.perf_counter() - t0
-                    # the next batches are sized with what this one taught
-                    while not planned_all and len(pending) < self._fetches_ahead():
-                        nxt = next(batches, None)
-                        if nxt is None:
-                            planned_all = True
-                        else:
-                            pending.append(pool.submit(self._fetch, *nxt, profile))
+                    pending = None
+                    nxt = next(batches, None)  # sized with what this batch taught
+                    if nxt is not None:
+                        pending = prefetch.submit(self._fetch, *nxt, profile)
                     run(fetched)
             finally:
-                for future in pending:  # a failed read still gives its staging back
+                if pending is not None:  # a failed read still gives its staging back
                     with contextlib.suppress(Exception):
-                        left = future.result()
+                        left = pending.result()
                         self.backend.release_staging(left.staging)
                         self.backend.release_staging(left.host_staging)
         return damaged, n_batches
 
     # -- stages ---------------------------------------------------------------------------
-
-    def _fetches_ahead(self) -> int:
-        return SLOW_FETCHES_AHEAD if getattr(self.source, "slow_storage", False) else 1
 
     def _batch_bytes(self, read_nbytes: int) -> int:
         if self.batch_bytes is not None:
