@@ -60,7 +60,3 @@ def in_units(jobs: np.ndarray, ndim: int, itemsize: int, unit: int) -> np.ndarra
     for base in (SOURCE_STRIDES, TARGET_STRIDES):
         out[:, base : base + last] = jobs[:, base : base + last] * itemsize // unit
     return out
-
-
-def elements_per_job(jobs: np.ndarray, ndim: int) -> np.ndarray:
-    return np.prod(jobs[:, SHAPE : SHAPE + ndim], axis=1)
