@@ -242,12 +242,13 @@ class GpuBackend(Backend):
 
     def _launch_copy(self, jobs: np.ndarray, ndim: int, itemsize: int) -> None:
         n = len(jobs)
-        unit = widest_unit(jobs, ndim, itemsize) if wide_copy_units() else itemsize
+        wide = wide_copy_units()
+        unit = widest_unit(jobs, ndim, itemsize) if wide else itemsize
         jobs = in_units(jobs, ndim, itemsize, unit)
         rows = int(np.prod(jobs[:, SHAPE : SHAPE + ndim - 1], axis=1).max()) if ndim > 1 else 1
         inner = int(jobs[:, SHAPE + ndim - 1].max())
         lanes = min(COPY_BLOCK, 1 << max(0, inner - 1).bit_length())
-        if wide_copy_units():
+        if wide:
             block = COPY_BLOCK
         else:  # one row per block, as before wide units (kept for comparison runs)
             lanes = max(32, lanes)
