@@ -248,3 +248,43 @@ class _Clock:
     def perf_counter(self) -> float:
         self.now += self.step
         return self.now
+
+
+def test_slow_storage_looks_up_the_files_not_yet_opened_from_many_threads(
+    fake_kvikio, files, monkeypatch
+):
+    """On slow storage the opening thread would wait for each file's directory and inode in
+    turn: a fetch that knows the storage is slow has every file looked up ahead, one that
+    finds it out mid-fetch the files it has not opened yet; the page cache none."""
+    fake_kvikio()
+    root, blobs = files
+    requests = [ByteRequest(k) for k in blobs] * 4
+    warmed: list[list[str]] = []
+    original = LocalFileSource.warm_metadata
+
+    def spy(self, keys):
+        warmed.append(list(keys))
+        futures = original(self, keys)
+        assert all(f.result() is not None for f in futures)  # every file found
+        return futures
+
+    monkeypatch.setattr(LocalFileSource, "warm_metadata", spy)
+    monkeypatch.setattr(kvikio_fetch, "SLOW_THREAD_RATE", 0.0)  # everything is fast
+    source = kvikio_fetch.KvikioFileSource(root)
+    source.fetch(requests)  # the page cache: nothing looked up ahead
+    assert warmed == []
+    monkeypatch.setattr(kvikio_fetch, "SLOW_THREAD_RATE", float("inf"))  # nothing is fast
+    source = kvikio_fetch.KvikioFileSource(root)
+    source.fetch(requests)  # found slow after PROBE_BYTES: the rest of the files
+    assert len(warmed) == 1 and 0 < len(warmed[0]) < len(blobs)
+    assert warmed[0] == list(blobs)[-len(warmed[0]) :]
+    warmed.clear()
+    source.fetch(requests)  # known slow: every file of the fetch
+    assert warmed == [list(blobs)]
+
+
+def test_warm_metadata_skips_missing_files(tmp_path):
+    (tmp_path / "a").write_bytes(b"x" * 10)
+    futures = LocalFileSource(tmp_path).warm_metadata(["a", "missing/b"])
+    assert [f.result() is not None for f in futures] == [True, False]
+    assert futures[0].result().st_size == 10

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -98,6 +98,14 @@ class LocalFileSource:
 
     def path_of(self, key: str) -> str:
         return os.path.join(self.root, "") + (key if os.sep == "/" else key.replace("/", os.sep))
+
+    def warm_metadata(self, keys: Sequence[str]) -> list[Future]:
+        """Look up the files of ``keys`` from DISK_THREADS threads, without waiting: on a
+        cold disk each lookup reads a directory block and an inode, and a thread that opens
+        files one after another (the kvikio fetch's) would wait for each in turn (a level of
+        plane chunks is 2048 files in as many directories). Missing files are skipped."""
+        pool = self.pool(DISK_THREADS)
+        return [pool.submit(_stat_or_none, self.path_of(k)) for k in keys]
 
     def _read_file(
         self,
@@ -386,3 +394,10 @@ def coalesce(
         cur_key, cur_start, cur_end, members = r.key, r.offset, r.offset + r.length, [i]
     flush()
     return merged, where
+
+
+def _stat_or_none(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None

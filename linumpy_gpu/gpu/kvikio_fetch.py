@@ -121,6 +121,10 @@ class KvikioFileSource(LocalFileSource):
         probing = not self.slow_storage or self._fetches % REPROBE == 0
         # (reads, bytes) in flight: a number of reads on the page cache, bytes on storage
         limit = (WARM_READS, None) if probing else (OPEN_FILES, SLOW_BYTES_IN_FLIGHT)
+        keys = list(by_key)
+        opened = 0  # files of ``keys`` opened so far
+        if not probing:
+            self.warm_metadata(keys)
         outstanding = 0
         outstanding_bytes = 0
         done_bytes = 0
@@ -128,7 +132,8 @@ class KvikioFileSource(LocalFileSource):
 
         def collect() -> None:
             # the oldest group; while probing, the first PROBE_BYTES read decide the window
-            # for the rest of this fetch (a cold read's first batch is often large)
+            # for the rest of this fetch (a cold read's first batch is often large), and on
+            # slow storage the files not yet opened are looked up from many threads
             nonlocal outstanding, outstanding_bytes, done_bytes, probing, limit
             group = in_flight.popleft()
             nbytes = group.nbytes
@@ -139,7 +144,9 @@ class KvikioFileSource(LocalFileSource):
             if probing and done_bytes >= PROBE_BYTES:
                 probing = False
                 self.slow_storage = self._slow(done_bytes, time.perf_counter() - t0)
-                limit = (OPEN_FILES, SLOW_BYTES_IN_FLIGHT) if self.slow_storage else limit
+                if self.slow_storage:
+                    limit = (OPEN_FILES, SLOW_BYTES_IN_FLIGHT)
+                    self.warm_metadata(keys[opened:])
 
         def too_many() -> bool:
             reads, nbytes = limit
@@ -151,6 +158,7 @@ class KvikioFileSource(LocalFileSource):
 
         try:
             for key, members in by_key.items():
+                opened += 1
                 path = self.path_of(key)
                 try:
                     handle = kvikio.CuFile(path, "r")
