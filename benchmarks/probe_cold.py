@@ -2,13 +2,15 @@
 not a test; needs permission to drop the page cache).
 
     python benchmarks/probe_cold.py --dir /tmp/bench --cases design-sharded,design-128
-        [--in-flight-mib 16,48,128,256] [--run-mib 2,8] [--opens] [--json out.json]
+        [--in-flight-mib 16,48,128,256] [--run-mib 2,8] [--metadata on,off] [--repeat N]
+        [--opens] [--json out.json]
 
-For each volume (made as bench_gpu_read.py makes it, reused if present): the raw rate of
-reading every file once with 32 threads, then for each bound on the bytes in flight on
-slow storage (``kvikio_fetch.SLOW_BYTES_IN_FLIGHT``) and each length of the runs a shard's
-inner chunks are read in (``reader.STAGED_RUN_BYTES``), one cold read of level 0: GB/s
-decoded and the fraction of raw rate x compression ratio, as bench_gpu_read.py reports.
+For each volume (made as bench_gpu_read.py makes it, reused if present), ``--repeat`` rounds
+over each bound on the bytes in flight on slow storage (``kvikio_fetch.SLOW_BYTES_IN_FLIGHT``),
+each length of the runs a shard's inner chunks are read in (``reader.STAGED_RUN_BYTES``) and
+the fetch looking files up ahead or not (``LocalFileSource.warm_metadata``): the raw rate of
+reading every file once with 32 threads, then one cold read of level 0, GB/s decoded and
+the fraction of that raw rate x compression ratio, as bench_gpu_read.py reports.
 
 ``--opens``: how long opening every chunk file takes with a cold cache, one after another
 (as the fetch's one submitting thread opens them) and from 32 threads (as the raw reader
@@ -29,6 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_gpu_read import CASES, drop_caches, raw_read_rate, sync  # noqa: E402
 from gpu_volume import make_volume  # noqa: E402
+
+LOOK_UP_AHEAD = None  # LocalFileSource.warm_metadata as shipped
 
 
 def stored_bytes(array_path: str) -> int:
@@ -58,6 +62,41 @@ def open_seconds(array_path: str, threads: int) -> tuple[float, int]:
     return time.perf_counter() - t0, len(files)
 
 
+def cold_read(
+    path: str, array_path: str, nbytes: int, ratio: float, mib: int, run_mib: int, ahead: bool
+) -> dict:
+    """The raw rate, then one cold read of level 0 with these settings: the disk's rate
+    moves 10-20% between minutes, so each read is set against the raw rate just before it."""
+    import linumpy_gpu as lg
+    from linumpy_gpu.engine import fetch, reader
+    from linumpy_gpu.gpu import kvikio_fetch
+
+    kvikio_fetch.SLOW_BYTES_IN_FLIGHT = mib << 20
+    reader.STAGED_RUN_BYTES = run_mib << 20
+    if ahead:
+        fetch.LocalFileSource.warm_metadata = LOOK_UP_AHEAD
+    else:
+        fetch.LocalFileSource.warm_metadata = lambda self, keys: []
+    drop_caches()
+    raw = raw_read_rate(array_path)
+    drop_caches()
+    level = lg.open_ome_zarr_gpu(path)[0]
+    t0 = time.perf_counter()
+    level[...]
+    sync()
+    rate = nbytes / (time.perf_counter() - t0)
+    fetch.LocalFileSource.warm_metadata = LOOK_UP_AHEAD
+    return {
+        "in_flight_mib": mib,
+        "run_mib": run_mib,
+        "metadata_ahead": ahead,
+        "gbps": rate / 1e9,
+        "fraction_of_ceiling": rate / (raw * ratio),
+        "raw_disk_gbps": raw / 1e9,
+        "profile": dict(level._reader.last_profile),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default="/tmp/bench")
@@ -65,13 +104,20 @@ def main() -> None:
     ap.add_argument("--in-flight-mib", default="16,48,128,256")
     ap.add_argument("--run-mib", default="8")
     ap.add_argument("--opens", action="store_true", help="also time cold opens (see above)")
+    ap.add_argument(
+        "--metadata",
+        default="on",
+        help="on,off: with and without the fetch looking files up ahead on slow storage",
+    )
+    ap.add_argument("--repeat", type=int, default=1, help="rounds over every setting")
     ap.add_argument("--json")
     args = ap.parse_args()
 
+    global LOOK_UP_AHEAD
     import linumpy_gpu as lg
-    from linumpy_gpu.engine import reader
-    from linumpy_gpu.gpu import kvikio_fetch
+    from linumpy_gpu.engine import fetch
 
+    LOOK_UP_AHEAD = fetch.LocalFileSource.warm_metadata
     rows = []
     for name in args.cases.split(","):
         path = os.path.join(args.dir, f"{name}.ome.zarr")
@@ -83,8 +129,7 @@ def main() -> None:
         sync()
         if not drop_caches():
             sys.exit("cannot drop the page cache here: nothing to measure")
-        raw = raw_read_rate(array_path)
-        print(f"## {name}: raw {raw / 1e9:.2f} GB/s compressed, ratio {ratio:.2f}")
+        print(f"## {name}: ratio {ratio:.2f}")
         if args.opens:
             serial, n = open_seconds(array_path, 1)
             threaded, _ = open_seconds(array_path, 32)
@@ -94,33 +139,25 @@ def main() -> None:
             print(
                 f"cold opens of {n} files: {serial:.3f} s in series, {threaded:.3f} s on 32 threads"
             )
-        print("| in flight MiB | run MiB | GB/s | of ceiling | fetch s |\n|---|---|---|---|---|")
-        for run_mib in (int(x) for x in args.run_mib.split(",")):
-            for mib in (int(x) for x in args.in_flight_mib.split(",")):
-                kvikio_fetch.SLOW_BYTES_IN_FLIGHT = mib << 20
-                reader.STAGED_RUN_BYTES = run_mib << 20
-                drop_caches()
-                level = lg.open_ome_zarr_gpu(path)[0]
-                t0 = time.perf_counter()
-                level[...]
-                sync()
-                rate = nbytes / (time.perf_counter() - t0)
-                profile = dict(level._reader.last_profile)
-                row = {
-                    "case": name,
-                    "in_flight_mib": mib,
-                    "run_mib": run_mib,
-                    "gbps": rate / 1e9,
-                    "fraction_of_ceiling": rate / (raw * ratio),
-                    "raw_disk_gbps": raw / 1e9,
-                    "profile": profile,
-                }
-                rows.append(row)
-                print(
-                    f"| {mib} | {run_mib} | {rate / 1e9:.2f} | {row['fraction_of_ceiling']:.0%} "
-                    f"| {profile.get('fetch', 0):.2f} |",
-                    flush=True,
-                )
+        print(
+            "| in flight MiB | run MiB | metadata looked up ahead | GB/s | of ceiling | fetch s |\n"
+            "|---|---|---|---|---|---|"
+        )
+        for _ in range(args.repeat):
+            for run_mib in (int(x) for x in args.run_mib.split(",")):
+                for mib in (int(x) for x in args.in_flight_mib.split(",")):
+                    for ahead in args.metadata.split(","):
+                        row = cold_read(
+                            path, array_path, nbytes, ratio, mib, run_mib, ahead == "on"
+                        )
+                        row["case"] = name
+                        rows.append(row)
+                        print(
+                            f"| {mib} | {run_mib} | {ahead} | {row['gbps']:.2f} "
+                            f"| {row['fraction_of_ceiling']:.0%} "
+                            f"| {row['profile'].get('fetch', 0):.2f} |",
+                            flush=True,
+                        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
