@@ -3,12 +3,14 @@ not a test; needs permission to drop the page cache).
 
     python benchmarks/probe_cold.py --dir /tmp/bench --cases design-sharded,design-128
         [--in-flight-mib 16,48,128,256] [--run-mib 2,8] [--metadata on,off] [--repeat N]
+        [--fetch kvikio,pread] [--task-mib 1,4,16]
         [--opens] [--json out.json]
 
 For each volume (made as bench_gpu_read.py makes it, reused if present), ``--repeat`` rounds
 over each bound on the bytes in flight on slow storage (``kvikio_fetch.SLOW_BYTES_IN_FLIGHT``),
-each length of the runs a shard's inner chunks are read in (``reader.STAGED_RUN_BYTES``) and
-the fetch looking files up ahead or not (``LocalFileSource.warm_metadata``): the raw rate of
+each length of the runs a shard's inner chunks are read in (``reader.STAGED_RUN_BYTES``),
+the fetch looking files up ahead or not (``LocalFileSource.warm_metadata``), the fetch
+(``LINUMPY_GPU_FETCH``) and kvikio's task size: the raw rate of
 reading every file once with 32 threads, then one cold read of level 0, GB/s decoded and
 the fraction of that raw rate x compression ratio, as bench_gpu_read.py reports.
 
@@ -22,11 +24,13 @@ metadata read, opening them in series alone could hold the fetch to the rates ru
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_gpu_read import CASES, drop_caches, raw_read_rate, sync  # noqa: E402
@@ -62,18 +66,29 @@ def open_seconds(array_path: str, threads: int) -> tuple[float, int]:
     return time.perf_counter() - t0, len(files)
 
 
-def cold_read(
-    path: str, array_path: str, nbytes: int, ratio: float, mib: int, run_mib: int, ahead: bool
-) -> dict:
+@dataclass(frozen=True)
+class Setting:
+    source: str  # LINUMPY_GPU_FETCH: kvikio or pread
+    task_mib: int  # kvikio's task size
+    in_flight_mib: int  # kvikio_fetch.SLOW_BYTES_IN_FLIGHT
+    run_mib: int  # reader.STAGED_RUN_BYTES
+    metadata_ahead: bool  # LocalFileSource.warm_metadata as shipped, or doing nothing
+
+
+def cold_read(path: str, array_path: str, nbytes: int, ratio: float, setting: Setting) -> dict:
     """The raw rate, then one cold read of level 0 with these settings: the disk's rate
     moves 10-20% between minutes, so each read is set against the raw rate just before it."""
+    import kvikio.defaults
+
     import linumpy_gpu as lg
     from linumpy_gpu.engine import fetch, reader
     from linumpy_gpu.gpu import kvikio_fetch
 
-    kvikio_fetch.SLOW_BYTES_IN_FLIGHT = mib << 20
-    reader.STAGED_RUN_BYTES = run_mib << 20
-    if ahead:
+    os.environ["LINUMPY_GPU_FETCH"] = setting.source
+    kvikio.defaults.set("task_size", setting.task_mib << 20)
+    kvikio_fetch.SLOW_BYTES_IN_FLIGHT = setting.in_flight_mib << 20
+    reader.STAGED_RUN_BYTES = setting.run_mib << 20
+    if setting.metadata_ahead:
         fetch.LocalFileSource.warm_metadata = LOOK_UP_AHEAD
     else:
         fetch.LocalFileSource.warm_metadata = lambda self, keys: []
@@ -87,9 +102,7 @@ def cold_read(
     rate = nbytes / (time.perf_counter() - t0)
     fetch.LocalFileSource.warm_metadata = LOOK_UP_AHEAD
     return {
-        "in_flight_mib": mib,
-        "run_mib": run_mib,
-        "metadata_ahead": ahead,
+        **asdict(setting),
         "gbps": rate / 1e9,
         "fraction_of_ceiling": rate / (raw * ratio),
         "raw_disk_gbps": raw / 1e9,
@@ -109,6 +122,8 @@ def main() -> None:
         default="on",
         help="on,off: with and without the fetch looking files up ahead on slow storage",
     )
+    ap.add_argument("--fetch", default="kvikio", help="kvikio,pread: LINUMPY_GPU_FETCH")
+    ap.add_argument("--task-mib", default="4", help="kvikio's task size(s), MiB")
     ap.add_argument("--repeat", type=int, default=1, help="rounds over every setting")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -140,24 +155,34 @@ def main() -> None:
                 f"cold opens of {n} files: {serial:.3f} s in series, {threaded:.3f} s on 32 threads"
             )
         print(
-            "| in flight MiB | run MiB | metadata looked up ahead | GB/s | of ceiling | fetch s |\n"
-            "|---|---|---|---|---|---|"
+            "| fetch | kvikio task MiB | in flight MiB | run MiB | metadata looked up ahead "
+            "| GB/s | of ceiling | fetch s |\n|---|---|---|---|---|---|---|---|"
         )
+        settings = itertools.product(
+            args.fetch.split(","),
+            (int(x) for x in args.task_mib.split(",")),
+            (int(x) for x in args.in_flight_mib.split(",")),
+            (int(x) for x in args.run_mib.split(",")),
+            args.metadata.split(","),
+        )
+        settings = list(settings)
         for _ in range(args.repeat):
-            for run_mib in (int(x) for x in args.run_mib.split(",")):
-                for mib in (int(x) for x in args.in_flight_mib.split(",")):
-                    for ahead in args.metadata.split(","):
-                        row = cold_read(
-                            path, array_path, nbytes, ratio, mib, run_mib, ahead == "on"
-                        )
-                        row["case"] = name
-                        rows.append(row)
-                        print(
-                            f"| {mib} | {run_mib} | {ahead} | {row['gbps']:.2f} "
-                            f"| {row['fraction_of_ceiling']:.0%} "
-                            f"| {row['profile'].get('fetch', 0):.2f} |",
-                            flush=True,
-                        )
+            for source, task_mib, mib, run_mib, ahead in settings:
+                row = cold_read(
+                    path,
+                    array_path,
+                    nbytes,
+                    ratio,
+                    Setting(source, task_mib, mib, run_mib, ahead == "on"),
+                )
+                row["case"] = name
+                rows.append(row)
+                print(
+                    f"| {source} | {task_mib} | {mib} | {run_mib} | {ahead} | {row['gbps']:.2f} "
+                    f"| {row['fraction_of_ceiling']:.0%} "
+                    f"| {row['profile'].get('fetch', 0):.2f} |",
+                    flush=True,
+                )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
