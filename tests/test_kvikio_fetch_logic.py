@@ -250,12 +250,14 @@ class _Clock:
         return self.now
 
 
-def test_slow_storage_looks_up_the_files_not_yet_opened_from_many_threads(
+def test_confirmed_slow_storage_looks_up_the_files_ahead_from_many_threads(
     fake_kvikio, files, monkeypatch
 ):
     """On slow storage the opening thread would wait for each file's directory and inode in
-    turn: a fetch that knows the storage is slow has every file looked up ahead, one that
-    finds it out mid-fetch the files it has not opened yet; the page cache none."""
+    turn behind the reads in flight. Once a whole fetch came in slowly, a fetch has every
+    file looked up ahead, and a re-probing fetch that finds the storage slow the files it
+    has not opened yet. A fetch judged slow by its first PROBE_BYTES alone (a busy page
+    cache) looks nothing up: that costs the thread driving the GPU its share of the GIL."""
     fake_kvikio()
     root, blobs = files
     requests = [ByteRequest(k) for k in blobs] * 4
@@ -269,18 +271,37 @@ def test_slow_storage_looks_up_the_files_not_yet_opened_from_many_threads(
         return futures
 
     monkeypatch.setattr(LocalFileSource, "warm_metadata", spy)
+    monkeypatch.setattr(kvikio_fetch, "CONFIRM_BYTES", 1 << 20)
     monkeypatch.setattr(kvikio_fetch, "SLOW_THREAD_RATE", 0.0)  # everything is fast
+    monkeypatch.setattr(kvikio_fetch, "CONFIRMED_SLOW_RATE", 0.0)
     source = kvikio_fetch.KvikioFileSource(root)
-    source.fetch(requests)  # the page cache: nothing looked up ahead
+    source.fetch(requests)  # the page cache
+    assert warmed == [] and not source.slow_storage
+
+    monkeypatch.setattr(kvikio_fetch, "SLOW_THREAD_RATE", float("inf"))  # probes say slow
+    for _ in range(3):  # ... but whole fetches are fast: a busy page cache
+        source.fetch(requests)
+    assert source.slow_storage and not source.slow_confirmed
     assert warmed == []
-    monkeypatch.setattr(kvikio_fetch, "SLOW_THREAD_RATE", float("inf"))  # nothing is fast
-    source = kvikio_fetch.KvikioFileSource(root)
-    source.fetch(requests)  # found slow after PROBE_BYTES: the rest of the files
-    assert len(warmed) == 1 and 0 < len(warmed[0]) < len(blobs)
-    assert warmed[0] == list(blobs)[-len(warmed[0]) :]
-    warmed.clear()
+
+    monkeypatch.setattr(kvikio_fetch, "CONFIRMED_SLOW_RATE", float("inf"))  # storage
+    source.fetch(requests)  # the first slow whole fetch confirms it
+    assert warmed == [] and source.slow_confirmed
     source.fetch(requests)  # known slow: every file of the fetch
     assert warmed == [list(blobs)]
+
+    warmed.clear()
+    source._fetches = kvikio_fetch.REPROBE - 1  # the next fetch probes again
+    source.fetch(requests)  # found slow after PROBE_BYTES: the files not opened yet
+    assert len(warmed) == 1 and 0 < len(warmed[0]) < len(blobs)
+    assert warmed[0] == list(blobs)[-len(warmed[0]) :]
+
+    monkeypatch.setattr(kvikio_fetch, "CONFIRMED_SLOW_RATE", 0.0)  # the cache warmed up
+    source.fetch(requests)
+    assert not source.slow_confirmed
+    warmed.clear()
+    source.fetch(requests)
+    assert warmed == []
 
 
 def test_warm_metadata_skips_missing_files(tmp_path):

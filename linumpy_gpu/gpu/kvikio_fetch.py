@@ -45,6 +45,14 @@ PROBE_BYTES = 8 << 20
 # 94-101 / 86-101% for 128^3 chunk files). Counted per read as submitted: a shard's inner
 # chunks come as runs of several MiB each.
 SLOW_BYTES_IN_FLIGHT = 128 << 20
+# Looking files up ahead (``warm_metadata``) costs the thread driving the GPU its share of the
+# GIL; it pays only on storage, and PROBE_BYTES alone misjudge a busy page cache as slow
+# often enough (H200 host: a warm 64^3 level fell from 10.0-10.9 to 7.3-8.2 GB/s when
+# every such fetch looked its files up). So it waits until a whole fetch of at least
+# CONFIRM_BYTES came in below CONFIRMED_SLOW_RATE: the page cache fills pinned memory at
+# 6-25 GB/s there, its disk at 1.5-2.1.
+CONFIRM_BYTES = 64 << 20
+CONFIRMED_SLOW_RATE = 3e9
 # kvikio's pool size when the user has not chosen one (KVIKIO_NTHREADS): as many reads in
 # flight as a disk wants; on the page cache extra threads cost nothing here (no GIL).
 KVIKIO_THREADS = DISK_THREADS
@@ -100,6 +108,7 @@ class KvikioFileSource(LocalFileSource):
 
     def __init__(self, root: str | os.PathLike[str]):
         super().__init__(root)
+        self.slow_confirmed = False  # a whole fetch was slow: see CONFIRMED_SLOW_RATE
         _configure_pool()
 
     def fetch(
@@ -123,7 +132,7 @@ class KvikioFileSource(LocalFileSource):
         limit = (WARM_READS, None) if probing else (OPEN_FILES, SLOW_BYTES_IN_FLIGHT)
         keys = list(by_key)
         opened = 0  # files of ``keys`` opened so far
-        if not probing:
+        if not probing and self.slow_confirmed:
             self.warm_metadata(keys)
         outstanding = 0
         outstanding_bytes = 0
@@ -146,7 +155,8 @@ class KvikioFileSource(LocalFileSource):
                 self.slow_storage = self._slow(done_bytes, time.perf_counter() - t0)
                 if self.slow_storage:
                     limit = (OPEN_FILES, SLOW_BYTES_IN_FLIGHT)
-                    self.warm_metadata(keys[opened:])
+                    if self.slow_confirmed:
+                        self.warm_metadata(keys[opened:])
 
         def too_many() -> bool:
             reads, nbytes = limit
@@ -190,6 +200,9 @@ class KvikioFileSource(LocalFileSource):
                     collect()
             while in_flight:
                 collect()
+            if done_bytes >= CONFIRM_BYTES:
+                rate = done_bytes / max(time.perf_counter() - t0, 1e-9)
+                self.slow_confirmed = rate < CONFIRMED_SLOW_RATE
         finally:
             # kvikio's threads write into buffers the caller reuses: never return before
             # every submitted read is done, whatever failed; every file opened is closed
