@@ -102,8 +102,9 @@ class LocalFileSource:
     def warm_metadata(self, keys: Sequence[str]) -> list[Future]:
         """Look up the files of ``keys`` from DISK_THREADS threads, without waiting: on a
         cold disk each lookup reads a directory block and an inode, and a thread that opens
-        files one after another (the kvikio fetch's) would wait for each in turn (a level of
-        plane chunks is 2048 files in as many directories). Missing files are skipped."""
+        files one after another (the kvikio fetch's) would wait for each in turn behind the
+        reads already in flight (a level of plane chunks: 2048 files, cold reads at 62-76%
+        of the disk's rate without, 87-92% with). Missing files are skipped."""
         pool = self.pool(DISK_THREADS)
         return [pool.submit(_stat_or_none, self.path_of(k)) for k in keys]
 
