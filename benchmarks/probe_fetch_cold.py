@@ -53,7 +53,7 @@ def stored_bytes(array_path: str) -> int:
 
 def cold_fetch(path: str, device: str, fetch: str, n_batches: int) -> dict:
     import linumpy_gpu as lg
-    from linumpy_gpu.engine.plan import plan_chunks
+    from linumpy_gpu.engine.plan import chunk_plan
     from linumpy_gpu.engine.selection import normalize_selection
 
     os.environ["LINUMPY_GPU_FETCH"] = fetch
@@ -65,7 +65,7 @@ def cold_fetch(path: str, device: str, fetch: str, n_batches: int) -> dict:
     drop_caches()
     level = lg.open_ome_zarr(path, device=device)[0]
     reader = level._reader
-    tasks = list(plan_chunks(normalize_selection(..., level.shape), level.shape, level.chunks))
+    tasks = chunk_plan(normalize_selection(..., level.shape), level.shape, level.chunks)
     per_batch = -(-len(tasks) // n_batches)
     t0 = time.perf_counter()
     fetched = 0

@@ -51,13 +51,13 @@ def best_read(level, repeat: int) -> tuple[float, dict]:
 
 
 def fetch_only(level) -> tuple[float, int]:
-    from linumpy_gpu.engine.plan import plan_chunks
+    from linumpy_gpu.engine.plan import chunk_plan
     from linumpy_gpu.engine.selection import normalize_selection
 
     reader = level._reader
     layout = reader.layout
     sel = normalize_selection((), layout.shape)
-    tasks = list(plan_chunks(sel, layout.shape, layout.chunk_shape))
+    tasks = chunk_plan(sel, layout.shape, layout.chunk_shape)
     nbytes = sel.size * layout.dtype.itemsize
     t0 = time.perf_counter()
     stored = 0

@@ -16,7 +16,7 @@ import zarr
 
 from linumpy_gpu.engine.backend import PLACED, CpuBackend
 from linumpy_gpu.engine.batching import best_fit, fits, output_geometry, plan_batches
-from linumpy_gpu.engine.plan import chunk_bounds, plan_chunks
+from linumpy_gpu.engine.plan import chunk_plan, plan_chunks
 from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.engine.selection import normalize_selection
 
@@ -228,7 +228,7 @@ def test_plan_batches_respects_budget_and_order():
     sel = normalize_selection((), shape)
     tasks = list(plan_chunks(sel, shape, chunks))
     work = np.empty(shape, dtype=np.uint16)
-    geometry = output_geometry(chunk_bounds(sel, shape, chunks), work, chunks, 2, True)
+    geometry = output_geometry(chunk_plan(sel, shape, chunks), work, chunks, 2, True)
     per_chunk = 4 * 8 * 8 * 2
 
     def need(n, n_direct):  # slots, then a workspace twice their size
@@ -317,7 +317,7 @@ def test_slots_decoded_in_a_batch_own_output_bytes_make_fewer_batches():
     shape, chunks = (64, 32, 32), (4, 8, 8)
     sel = normalize_selection((), shape)
     tasks = list(plan_chunks(sel, shape, chunks))
-    bounds = chunk_bounds(sel, shape, chunks)
+    bounds = chunk_plan(sel, shape, chunks)
     geometry = output_geometry(bounds, np.empty(shape, dtype=np.uint16), chunks, 2, True)
     per_chunk = 4 * 8 * 8 * 2
 
@@ -366,7 +366,7 @@ def test_geometry_marks_only_contiguous_whole_chunks():
     for chunks, expect_direct in [((1, 10, 12), True), ((2, 10, 12), True), ((2, 5, 12), True)]:
         sel = normalize_selection((), shape)
         tasks = list(plan_chunks(sel, shape, chunks))
-        geo = output_geometry(chunk_bounds(sel, shape, chunks), work, chunks, 2, True)
+        geo = output_geometry(chunk_plan(sel, shape, chunks), work, chunks, 2, True)
         for task, offset in zip(tasks, geo.direct, strict=True):
             region_first = work[tuple(slice(s.start, s.start + 1) for s in task.out_region)]
             address = region_first.__array_interface__["data"][0] - work.ctypes.data
@@ -374,7 +374,7 @@ def test_geometry_marks_only_contiguous_whole_chunks():
                 assert offset == address
                 assert expect_direct
     # (2, 5, 6): rows of a chunk are not adjacent in the output
-    bounds = chunk_bounds(normalize_selection((), shape), shape, (2, 5, 6))
+    bounds = chunk_plan(normalize_selection((), shape), shape, (2, 5, 6))
     assert (output_geometry(bounds, work, (2, 5, 6), 2, True).direct < 0).all()
     # a strided output view is never borrowed
     assert output_geometry(bounds, work[:, :, ::2], (2, 5, 6), 2, True) is None
@@ -412,6 +412,6 @@ def test_a_read_starts_from_the_mean_ratio_not_the_last_batch(tmp_path):
     last = reader._stored_fraction  # the random half, at the end
     mean = reader._stored_total / reader._decoded_total
     assert mean < 0.75 * last
-    tasks = list(plan_chunks(normalize_selection((), shape), shape, chunks))
+    tasks = chunk_plan(normalize_selection((), shape), shape, chunks)
     next(reader._batches(tasks, None, data.nbytes, True))
     assert reader._stored_fraction == mean

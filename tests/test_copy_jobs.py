@@ -7,12 +7,15 @@ import itertools
 import numpy as np
 import pytest
 
+from linumpy_gpu.engine.plan import chunk_plan
+from linumpy_gpu.engine.selection import normalize_selection
 from linumpy_gpu.gpu.copy_jobs import (
     JOB_COLUMNS,
     SHAPE,
     SOURCE_STRIDES,
     TARGET_STRIDES,
     in_units,
+    place_jobs,
     widest_unit,
 )
 
@@ -94,3 +97,46 @@ def test_wide_items_stay_their_own_width_or_wider():
     assert widest_unit(jobs, 2, 8) == 8
     jobs = job(0, 1024, (4, 4), (4, 1), (8, 1))[None]
     assert widest_unit(jobs, 2, 8) == 16
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_jobs_from_a_plan_place_every_chunk_as_numpy_indexing_does(seed):
+    """The GPU's placing jobs come straight from the plan's rows: run on bytes (as the
+    kernel would, in the unit it would pick), they give what indexing the array gives,
+    with strided, reversed and dropped axes."""
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(n) for n in rng.integers(3, 9, 3))
+    chunks = tuple(int(c) for c in rng.integers(2, 5, 3))
+    data = rng.integers(0, 60000, shape, dtype=np.uint16)
+    index = []
+    for n in shape:
+        if rng.random() < 0.15:
+            index.append(int(rng.integers(0, n)))
+        else:
+            step = int(rng.choice([1, 1, 2, 3, -1, -2]))
+            index.append(slice(int(rng.integers(0, n)), None, step))
+    sel = normalize_selection(tuple(index), shape)
+    plan = chunk_plan(sel, shape, chunks)
+    chunk_bytes = int(np.prod(chunks)) * 2
+    padded = np.zeros([-(-n // c) * c for n, c in zip(shape, chunks, strict=True)], np.uint16)
+    padded[tuple(slice(0, n) for n in shape)] = data
+    out_base = len(plan) * chunk_bytes
+    memory = np.zeros(out_base + int(np.prod(sel.full_shape)) * 2, dtype=np.uint8)
+    for k, coords in enumerate(plan.coord_tuples()):
+        block = padded[
+            tuple(slice(c * n, (c + 1) * n) for c, n in zip(coords, chunks, strict=True))
+        ]
+        memory[k * chunk_bytes : (k + 1) * chunk_bytes] = block.reshape(-1).view(np.uint8)
+    out_strides = np.cumprod((1, *sel.full_shape[:0:-1]))[::-1]
+    jobs = place_jobs(
+        plan,
+        np.arange(len(plan), dtype=np.int64) * chunk_bytes,
+        out_base,
+        (chunks[1] * chunks[2], chunks[2], 1),
+        out_strides,
+        2,
+    )
+    unit = widest_unit(jobs, 3, 2)
+    placed = run(memory, in_units(jobs, 3, 2, unit), 3, unit)[out_base:]
+    work = placed.view(np.uint16).reshape(sel.full_shape)
+    np.testing.assert_array_equal(sel.result_view(work), data[tuple(index)])

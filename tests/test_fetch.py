@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import linumpy_gpu.engine.fetch as fetch
-from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource, coalesce
+from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource, coalesce, merge_ranges
 
 MiB = 1 << 20
 
@@ -133,3 +135,40 @@ def test_coalesce_bounds_runs_by_length_and_keeps_every_slice():
         assert merged[m].offset + start == request.offset and length == request.length
     one_long = coalesce([ByteRequest("s", 0, 1000)], max_gap=0, max_length=10)[0]
     assert [(r.offset, r.length) for r in one_long] == [(0, 1000)]
+
+
+def reference_runs(ranges, max_gap, max_length):
+    """Merging spelled out one range at a time, in (key, offset) order: a range joins the
+    run before it where it is of the same key, starts at most max_gap after the run's end,
+    and keeps the run within max_length."""
+    runs = []  # [key, start, end, members]
+    for i in sorted(range(len(ranges)), key=lambda i: ranges[i][:2]):
+        key, start, length = ranges[i]
+        if runs:
+            run = runs[-1]
+            end = max(run[2], start + length)
+            if run[0] == key and start <= run[2] + max_gap and end - run[1] <= max_length:
+                run[2] = end
+                run[3].append(i)
+                continue
+        runs.append([key, start, start + length, [i]])
+    return runs
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    ranges=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 400), st.integers(0, 60)), max_size=40
+    ),
+    max_gap=st.integers(0, 50),
+    max_length=st.integers(1, 300),
+)
+def test_merged_runs_equal_merging_one_range_at_a_time(ranges, max_gap, max_length):
+    keys, offsets, lengths = (np.asarray([r[k] for r in ranges], dtype=np.int64) for k in range(3))
+    runs = merge_ranges(keys, offsets, lengths, max_gap, max_length)
+    expected = reference_runs(ranges, max_gap, max_length)
+    assert list(zip(runs.key.tolist(), runs.start.tolist(), runs.stop.tolist(), strict=True)) == [
+        tuple(r[:3]) for r in expected
+    ]
+    for k, (_, _, _, members) in enumerate(expected):
+        assert all(runs.of[i] == k for i in members)

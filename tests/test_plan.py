@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from linumpy_gpu.engine.plan import axis_spans, chunk_bounds, plan_chunks
+from linumpy_gpu.engine.plan import ChunkPlan, axis_spans, chunk_plan, plan_chunks
 from linumpy_gpu.engine.selection import normalize_selection
 
 
@@ -44,7 +45,7 @@ def test_plan_and_bounds_agree_with_the_spelled_out_plan(case):
     expected = list(reference_plan(sel, shape, chunks))
     assert [tuple(t) for t in tasks] == expected
     assert all(type(t.whole) is bool for t in tasks)
-    bounds = chunk_bounds(sel, shape, chunks)
+    bounds = chunk_plan(sel, shape, chunks)
     assert bounds.out_start.shape == bounds.out_stop.shape == (len(tasks), len(shape))
     for k, task in enumerate(tasks):
         assert list(bounds.out_start[k]) == [s.start for s in task.out_region]
@@ -57,7 +58,7 @@ def test_a_full_level_of_small_chunks():
     sel = normalize_selection((), shape)
     tasks = list(plan_chunks(sel, shape, chunks))
     assert len(tasks) == 16 * 8 * 8 and all(t.whole for t in tasks)
-    bounds = chunk_bounds(sel, shape, chunks)
+    bounds = chunk_plan(sel, shape, chunks)
     np.testing.assert_array_equal(bounds.out_stop - bounds.out_start, np.full((1024, 3), 16))
     assert tasks[-1].coords == (15, 7, 7)
 
@@ -65,10 +66,10 @@ def test_a_full_level_of_small_chunks():
 def test_zero_dimensional_and_empty_selections():
     sel = normalize_selection((), ())
     assert list(plan_chunks(sel, (), ())) == [((), (), (), True)]
-    assert len(chunk_bounds(sel, (), ()).whole) == 1
+    assert len(chunk_plan(sel, (), ()).whole) == 1
     empty = normalize_selection((slice(3, 3),), (10,))
     assert list(plan_chunks(empty, (10,), (4,))) == []
-    assert chunk_bounds(empty, (10,), (4,)).out_start.shape == (0, 1)
+    assert chunk_plan(empty, (10,), (4,)).out_start.shape == (0, 1)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
@@ -89,3 +90,40 @@ def test_axis_spans_group_the_selected_elements_by_chunk(size, chunk, bounds, st
         np.testing.assert_array_equal(np.arange(size)[c * chunk :][in_chunk], mine)
         assert whole == (step == 1 and len(mine) == min(chunk, size - c * chunk))
     assert sum(len(wanted[s[2]]) for s in spans) == sel.count
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(case=selections(), data=st.data())
+def test_rows_of_a_plan_are_the_plan_of_those_chunks(case, data):
+    sel, shape, chunks = case
+    plan = chunk_plan(sel, shape, chunks)
+    tasks = list(plan)
+    if not tasks:
+        return
+    k = data.draw(st.integers(0, len(tasks) - 1))
+    assert plan[k] == tasks[k] and plan.coords_of(k) == tasks[k].coords
+    a, b = sorted(data.draw(st.tuples(st.integers(0, len(tasks)), st.integers(0, len(tasks)))))
+    assert list(plan[a:b]) == tasks[a:b]
+    rows = data.draw(st.lists(st.integers(0, len(tasks) - 1), max_size=12))
+    picked = plan[np.asarray(rows, dtype=np.intp)]
+    assert list(picked) == [tasks[r] for r in rows]
+    joined = ChunkPlan.concatenate([plan[a:b], picked], len(shape))
+    assert list(joined) == tasks[a:b] + [tasks[r] for r in rows]
+    assert plan.coord_tuples() == [t.coords for t in tasks]
+
+
+def test_planning_a_level_leaves_nothing_per_chunk_for_the_garbage_collector():
+    """A full level of small chunks is tens of thousands of chunks; a plan of them is a
+    handful of arrays, whatever the number of chunks."""
+    shape, chunks = (2048, 1024, 1024), (64, 64, 64)
+    sel = normalize_selection((), shape)
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        plan = chunk_plan(sel, shape, chunks)
+        after = len(gc.get_objects())
+    finally:
+        gc.enable()
+    assert len(plan) == 8192
+    assert after - before < 50

@@ -20,6 +20,7 @@ from .assemble import chunk_array, place
 from .codecs import cpu_decode_bytes
 from .fetch import ByteSource
 from .layout import ChunkFormat
+from .plan import ChunkPlan
 
 EncodedChunk = tuple[str, memoryview]  # (key for messages, stored bytes)
 
@@ -129,13 +130,14 @@ class Backend:
     def place_all(
         self,
         work: Any,
-        tasks: Sequence[Any],
+        tasks: ChunkPlan,
         raws: Sequence[Any],
         fmt: ChunkFormat,
         dtype: np.dtype,
     ) -> None:
-        """Copy the wanted part of each decoded chunk into ``work`` (one engine rule for
-        every backend; a backend may do the same copies in one batched kernel)."""
+        """Copy the wanted part of each decoded chunk (the chunks of ``tasks``, in order)
+        into ``work`` (one engine rule for every backend; a backend may do the same copies
+        in one batched kernel)."""
         for task, raw in zip(tasks, raws, strict=True):
             place(work, task.out_region, chunk_array(raw, fmt, dtype), task.chunk_region)
 

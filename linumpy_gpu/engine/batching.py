@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .plan import ChunkBounds
+from .plan import ChunkPlan
 
 SLOT_ALIGN = 256
 
@@ -57,21 +57,21 @@ class Placement:
 
 
 def output_geometry(
-    bounds: ChunkBounds,
+    plan: ChunkPlan,
     work: Any,
     chunk_shape: tuple[int, ...],
     itemsize: int,
     plain_chunks: bool,
 ) -> OutputGeometry | None:
-    """The geometry of the chunks at ``bounds`` (:func:`~.plan.chunk_bounds`) in ``work``,
+    """The geometry of the chunks of ``plan`` (:func:`~.plan.chunk_plan`) in ``work``,
     or None when ``work`` is not one C-contiguous block (then batches neither decode in
     place nor borrow output memory)."""
-    n = len(bounds.whole)
+    n = len(plan)
     if not n or not getattr(work, "flags", None) or not work.flags.c_contiguous:
         return None
     ndim = work.ndim
     strides = np.asarray(work.strides, dtype=np.int64)
-    starts, stops = bounds.out_start, bounds.out_stop
+    starts, stops = plan.out_start, plan.out_stop
     first = (starts * strides).sum(axis=1)
     end = ((stops - 1) * strides).sum(axis=1) + itemsize
     written_end = np.maximum.accumulate(end)
@@ -79,7 +79,7 @@ def output_geometry(
     if plain_chunks:
         extents = stops - starts
         chunk = np.asarray(chunk_shape, dtype=np.int64)
-        whole = bounds.whole & (extents == chunk).all(axis=1)
+        whole = plan.whole & (extents == chunk).all(axis=1)
         # contiguous: after the first axis longer than one, every axis spans the output
         full_axes = extents == np.asarray(work.shape, dtype=np.int64)
         ok = whole.copy()

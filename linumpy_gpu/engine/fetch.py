@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
 
 from ..env import env_int
 
@@ -368,33 +370,80 @@ def coalesce(
     Returns the merged requests and, per input request, (merged index, start, length)
     to slice its bytes back out.
     """
-    order = sorted(range(len(requests)), key=lambda i: (requests[i].key, requests[i].offset))
-    merged: list[ByteRequest] = []
-    where: list[tuple[int, int, int]] = [(0, 0, 0)] * len(requests)
-    cur_key, cur_start, cur_end = None, 0, 0
-    members: list[int] = []
-
-    def flush() -> None:
-        if cur_key is None:
-            return
-        merged.append(ByteRequest(cur_key, cur_start, cur_end - cur_start))
-        for i in members:
-            r = requests[i]
-            where[i] = (len(merged) - 1, r.offset - cur_start, r.length or 0)
-
-    for i in order:
-        r = requests[i]
-        assert r.length is not None and r.suffix is None
-        end = max(cur_end, r.offset + r.length)
-        short = max_length is None or end - cur_start <= max_length
-        if r.key == cur_key and r.offset <= cur_end + max_gap and short:
-            cur_end = end
-            members.append(i)
-            continue
-        flush()
-        cur_key, cur_start, cur_end, members = r.key, r.offset, r.offset + r.length, [i]
-    flush()
+    names: dict[str, int] = {}
+    key_ids = np.fromiter(
+        (names.setdefault(r.key, len(names)) for r in requests), np.int64, len(requests)
+    )
+    offsets = np.fromiter((r.offset for r in requests), np.int64, len(requests))
+    lengths = np.fromiter((_length_of(r) for r in requests), np.int64, len(requests))
+    runs = merge_ranges(key_ids, offsets, lengths, max_gap, max_length)
+    keys = list(names)
+    merged = [
+        ByteRequest(keys[k], a, b - a)
+        for k, a, b in zip(runs.key.tolist(), runs.start.tolist(), runs.stop.tolist(), strict=True)
+    ]
+    where = list(
+        zip(
+            runs.of.tolist(),
+            (offsets - runs.start[runs.of]).tolist(),
+            lengths.tolist(),
+            strict=True,
+        )
+    )
     return merged, where
+
+
+class Runs(NamedTuple):
+    """Ranges merged into runs: per range its run (``of``); per run its key, start, stop."""
+
+    of: np.ndarray
+    key: np.ndarray
+    start: np.ndarray
+    stop: np.ndarray
+
+
+def merge_ranges(
+    key_ids: np.ndarray,
+    offsets: np.ndarray,
+    lengths: np.ndarray,
+    max_gap: int = 1 << 20,
+    max_length: int | None = None,
+) -> Runs:
+    """Merge byte ranges (``offsets``, ``lengths`` of objects ``key_ids``) of one object
+    whose gaps are at most ``max_gap`` bytes into runs, each no longer than ``max_length``
+    unless one range is (a shard's inner chunks: thousands per batch, so on arrays)."""
+    n = len(key_ids)
+    order = np.lexsort((offsets, key_ids))
+    keys = key_ids[order].tolist()
+    starts = offsets[order].tolist()
+    ends = (offsets + lengths)[order].tolist()
+    limit = max_length if max_length is not None else float("inf")
+    of_sorted = [0] * n
+    run_key, run_start, run_stop = [], [], []
+    cur_key, cur_start, cur_end = None, 0, 0
+    for j, (key, start, end) in enumerate(zip(keys, starts, ends, strict=True)):
+        grown = max(cur_end, end)
+        if key != cur_key or start > cur_end + max_gap or grown - cur_start > limit:
+            if cur_key is not None:
+                run_key.append(cur_key)
+                run_start.append(cur_start)
+                run_stop.append(cur_end)
+            cur_key, cur_start, grown = key, start, end
+        cur_end = grown
+        of_sorted[j] = len(run_key)
+    if cur_key is not None:
+        run_key.append(cur_key)
+        run_start.append(cur_start)
+        run_stop.append(cur_end)
+    of = np.empty(n, dtype=np.int64)
+    of[order] = of_sorted
+    return Runs(of, *(np.asarray(v, dtype=np.int64) for v in (run_key, run_start, run_stop)))
+
+
+def _length_of(request: ByteRequest) -> int:
+    if request.length is None or request.suffix is not None:
+        raise ValueError(f"coalesce takes ranged requests, got {request}")
+    return request.length
 
 
 def _stat_or_none(path: str) -> os.stat_result | None:

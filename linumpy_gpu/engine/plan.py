@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -17,8 +16,7 @@ class ChunkTask(NamedTuple):
 
     ``chunk_region`` indexes the decoded chunk (steps allowed); ``out_region`` indexes the
     engine's output (contiguous slices). ``whole`` is true when every element of the chunk
-    that lies inside the array is wanted, in order, with step 1. (A tuple: a full level
-    of small chunks plans tens of thousands, before the first byte is read.)
+    that lies inside the array is wanted, in order, with step 1.
     """
 
     coords: tuple[int, ...]
@@ -27,14 +25,103 @@ class ChunkTask(NamedTuple):
     whole: bool
 
 
-def axis_spans(sel: AxisSelection, chunk: int, size: int) -> list[tuple[int, slice, slice, bool]]:
-    """For one axis: (chunk index, slice in chunk, slice in output, whole) per touched chunk."""
+_FIELDS = ("coords", "chunk_start", "chunk_step", "out_start", "out_stop", "whole")
+
+
+class ChunkPlan:
+    """Every chunk of a read as rows of arrays, in C order of the chunk grid.
+
+    Row k of ``coords``, ``chunk_start``, ``chunk_step``, ``out_start`` and ``out_stop``
+    (each ``(n, ndim)`` int64) and of ``whole`` (``(n,)`` bool) describe the k-th chunk:
+    its grid coordinates, the first element wanted in it and the step per axis, and the
+    output bounds it fills. A full level of small chunks has tens of thousands of them;
+    as arrays they cost the garbage collector nothing and the GPU's copy kernel takes
+    them as they are. ``plan[k]`` spells one out as a :class:`ChunkTask`; ``plan[a:b]``
+    and ``plan[rows]`` are plans of those chunks.
+    """
+
+    __slots__ = _FIELDS
+
+    def __init__(
+        self,
+        coords: np.ndarray,
+        chunk_start: np.ndarray,
+        chunk_step: np.ndarray,
+        out_start: np.ndarray,
+        out_stop: np.ndarray,
+        whole: np.ndarray,
+    ):
+        self.coords = coords
+        self.chunk_start = chunk_start
+        self.chunk_step = chunk_step
+        self.out_start = out_start
+        self.out_stop = out_stop
+        self.whole = whole
+
+    @property
+    def ndim(self) -> int:
+        return self.coords.shape[1]
+
+    def __len__(self) -> int:
+        return len(self.whole)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, int | np.integer):
+            return self.task(int(key))
+        return ChunkPlan(*(getattr(self, f)[key] for f in _FIELDS))
+
+    def __iter__(self) -> Iterator[ChunkTask]:
+        columns = [getattr(self, f).tolist() for f in _FIELDS]
+        for coords, start, step, lo, hi, whole in zip(*columns, strict=True):
+            yield _task(coords, start, step, lo, hi, whole)
+
+    def task(self, k: int) -> ChunkTask:
+        return _task(*(getattr(self, f)[k].tolist() for f in _FIELDS))
+
+    def coords_of(self, k: int) -> tuple[int, ...]:
+        return tuple(self.coords[k].tolist())
+
+    def coord_tuples(self) -> list[tuple[int, ...]]:
+        return [tuple(c) for c in self.coords.tolist()]
+
+    @classmethod
+    def concatenate(cls, plans: Sequence[ChunkPlan], ndim: int) -> ChunkPlan:
+        if not plans:
+            return _empty(ndim)
+        return cls(*(np.concatenate([getattr(p, f) for p in plans]) for f in _FIELDS))
+
+
+def _task(coords, start, step, lo, hi, whole) -> ChunkTask:
+    chunk_region = tuple(
+        slice(a, a + (b - c - 1) * s + 1, s) for a, s, c, b in zip(start, step, lo, hi, strict=True)
+    )
+    out_region = tuple(slice(c, b) for c, b in zip(lo, hi, strict=True))
+    return ChunkTask(tuple(coords), chunk_region, out_region, bool(whole))
+
+
+def _empty(ndim: int) -> ChunkPlan:
+    rows = np.empty((0, ndim), dtype=np.int64)
+    return ChunkPlan(rows, rows, rows, rows, rows, np.empty(0, dtype=bool))
+
+
+class _AxisChunks(NamedTuple):
+    """For one axis, per touched chunk: its index, the first wanted element in it, the
+    output span it fills, and whether the whole chunk is wanted."""
+
+    index: np.ndarray
+    local_start: np.ndarray
+    out_start: np.ndarray
+    out_stop: np.ndarray
+    whole: np.ndarray
+
+
+def _axis_chunks(sel: AxisSelection, chunk: int, size: int) -> _AxisChunks:
     if sel.count == 0:
-        return []
+        none = np.empty(0, dtype=np.int64)
+        return _AxisChunks(none, none, none, none, np.empty(0, dtype=bool))
     start, step, count = sel.start, sel.step, sel.count
     last = start + (count - 1) * step
-    # every chunk from the first to the last touched, at once (an axis of plane chunks
-    # has thousands); a strided selection may step over some of them
+    # every chunk from the first to the last touched; a strided selection may step over some
     c = np.arange(start // chunk, last // chunk + 1, dtype=np.int64)
     lo = c * chunk
     hi = np.minimum(lo + chunk, size)
@@ -45,96 +132,50 @@ def axis_spans(sel: AxisSelection, chunk: int, size: int) -> list[tuple[int, sli
     local_start = start + k0 * step - lo
     local_stop = start + k1 * step - lo + 1
     whole = (step == 1) & (local_start == 0) & (local_stop == hi - lo)
+    return _AxisChunks(c, local_start, k0, k1 + 1, whole)
+
+
+def axis_spans(sel: AxisSelection, chunk: int, size: int) -> list[tuple[int, slice, slice, bool]]:
+    """For one axis: (chunk index, slice in chunk, slice in output, whole) per touched chunk."""
+    spans = _axis_chunks(sel, chunk, size)
     return [
-        (ci, slice(a, b, step), slice(k, m + 1), w)
-        for ci, a, b, k, m, w in zip(
-            c.tolist(),
-            local_start.tolist(),
-            local_stop.tolist(),
-            k0.tolist(),
-            k1.tolist(),
-            whole.tolist(),
-            strict=True,
-        )
+        (ci, slice(a, a + (m - k - 1) * sel.step + 1, sel.step), slice(k, m), w)
+        for ci, a, k, m, w in zip(*(f.tolist() for f in spans), strict=True)
     ]
+
+
+def chunk_plan(
+    selection: Selection, shape: tuple[int, ...], chunk_shape: tuple[int, ...]
+) -> ChunkPlan:
+    """Every chunk the selection touches (C order of the chunk grid), computed per axis
+    and broadcast over the grid."""
+    per_axis = [
+        _axis_chunks(sel, c, n)
+        for sel, c, n in zip(selection.axes, chunk_shape, shape, strict=True)
+    ]
+    ndim = len(per_axis)
+    counts = [len(a.index) for a in per_axis]
+    n = math.prod(counts)
+    columns = {f: np.empty((n, ndim), dtype=np.int64) for f in _FIELDS[:-1]}
+    whole = np.ones(counts, dtype=bool)
+    for axis, (a, sel) in enumerate(zip(per_axis, selection.axes, strict=True)):
+        grid = [1] * ndim
+        grid[axis] = counts[axis]
+        values = {
+            "coords": a.index,
+            "chunk_start": a.local_start,
+            "chunk_step": np.full(counts[axis], sel.step, dtype=np.int64),
+            "out_start": a.out_start,
+            "out_stop": a.out_stop,
+        }
+        for field, column in values.items():
+            columns[field][:, axis] = np.broadcast_to(column.reshape(grid), counts).ravel()
+        whole &= a.whole.reshape(grid)
+    return ChunkPlan(**columns, whole=whole.ravel())
 
 
 def plan_chunks(
     selection: Selection, shape: tuple[int, ...], chunk_shape: tuple[int, ...]
 ) -> Iterator[ChunkTask]:
-    """Every chunk the selection touches, in C order of the chunk grid."""
-    per_axis = _per_axis(selection, shape, chunk_shape)
-    if not per_axis:  # a 0-d array: one chunk
-        yield ChunkTask((), (), (), True)
-        return
-    # one product per field (C loops) rather than unzipping every combination
-    coords, chunk_regions, out_regions, wholes = (
-        [[span[k] for span in spans] for spans in per_axis] for k in range(4)
-    )
-    whole = _combined(wholes)
-    yield from map(
-        ChunkTask._make,
-        zip(
-            itertools.product(*coords),
-            itertools.product(*chunk_regions),
-            itertools.product(*out_regions),
-            whole.ravel().tolist(),
-            strict=True,
-        ),
-    )
-
-
-class ChunkBounds(NamedTuple):
-    """Where each chunk of :func:`plan_chunks` lands in the output, as arrays (n, ndim):
-    ``out_start``, ``out_stop``; and per chunk ``whole``."""
-
-    out_start: np.ndarray
-    out_stop: np.ndarray
-    whole: np.ndarray
-
-
-def chunk_bounds(
-    selection: Selection, shape: tuple[int, ...], chunk_shape: tuple[int, ...]
-) -> ChunkBounds:
-    """The output bounds of every chunk :func:`plan_chunks` yields, in the same order,
-    computed per axis and broadcast (a full level of small chunks: thousands of chunks)."""
-    per_axis = _per_axis(selection, shape, chunk_shape)
-    ndim = len(per_axis)
-    counts = [len(spans) for spans in per_axis]
-    n = math.prod(counts)
-    starts = np.empty((n, ndim), dtype=np.int64)
-    stops = np.empty((n, ndim), dtype=np.int64)
-    for axis, spans in enumerate(per_axis):
-        grid = [1] * ndim
-        grid[axis] = counts[axis]
-        axis_starts = np.array([span[2].start for span in spans], dtype=np.int64)
-        axis_stops = np.array([span[2].stop for span in spans], dtype=np.int64)
-        starts[:, axis] = np.broadcast_to(axis_starts.reshape(grid), counts).ravel()
-        stops[:, axis] = np.broadcast_to(axis_stops.reshape(grid), counts).ravel()
-    whole = _combined([[span[3] for span in spans] for spans in per_axis]).ravel()
-    return ChunkBounds(starts, stops, whole)
-
-
-def _per_axis(
-    selection: Selection, shape: tuple[int, ...], chunk_shape: tuple[int, ...]
-) -> list[list[tuple[int, slice, slice, bool]]]:
-    return [
-        axis_spans(sel, c, n) for sel, c, n in zip(selection.axes, chunk_shape, shape, strict=True)
-    ]
-
-
-def _combined(flags: list[list[bool]]) -> np.ndarray:
-    """Per chunk of the grid product, whether every axis' flag holds (shape: the grid)."""
-    combined = np.ones([len(f) for f in flags], dtype=bool)
-    for axis, axis_flags in enumerate(flags):
-        grid = [1] * len(flags)
-        grid[axis] = len(axis_flags)
-        combined &= np.asarray(axis_flags, dtype=bool).reshape(grid)
-    return combined
-
-
-def count_chunks(selection: Selection, shape: tuple[int, ...], chunk_shape: tuple[int, ...]) -> int:
-    n = 1
-    for sel, c, size in zip(selection.axes, chunk_shape, shape, strict=True):
-        n *= len(axis_spans(sel, c, size))
-    return n
+    """Every chunk the selection touches, in C order of the chunk grid, spelled out."""
+    yield from chunk_plan(selection, shape, chunk_shape)

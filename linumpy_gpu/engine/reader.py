@@ -23,11 +23,17 @@ from ..errors import ChunkDecodeError, DamagedChunkWarning, LinumpyGpuError
 from .assemble import fill
 from .backend import PLACED, Backend
 from .batching import Placement, output_geometry, plan_batches
-from .fetch import ByteRequest, ByteSource, coalesce, source_for
+from .fetch import ByteRequest, ByteSource, Runs, merge_ranges, source_for
 from .layout import ArrayLayout, layout_of
-from .plan import ChunkTask, chunk_bounds, plan_chunks
+from .plan import ChunkPlan, ChunkTask, chunk_plan
 from .selection import Selection, normalize_selection
-from .sharding import ShardIndexError, index_request_args, inner_entry, parse_index, shard_coords
+from .sharding import (
+    ShardIndexError,
+    index_request_args,
+    inner_chunks,
+    inner_entries,
+    parse_index,
+)
 
 # Longest run of adjacent inner chunks of a shard read into staging in one request.
 STAGED_RUN_BYTES = 8 << 20
@@ -35,7 +41,7 @@ STAGED_RUN_BYTES = 8 << 20
 
 @dataclass
 class _Fetched:
-    tasks: list[ChunkTask]
+    tasks: ChunkPlan
     keys: list[str]
     data: list[memoryview | None]
     staging: Any = None
@@ -122,7 +128,7 @@ class ChunkedArrayReader:
             return result
         t_start = time.perf_counter()
         profile = _new_profile()
-        tasks = list(plan_chunks(sel, layout.shape, layout.chunk_shape))
+        plan = chunk_plan(sel, layout.shape, layout.chunk_shape)
         geometry = None
         if self.backend.borrows_output:
             fmt = layout.chunk
@@ -133,22 +139,19 @@ class ChunkedArrayReader:
                 and not fmt.needs_byteswap
                 and fmt.stored_dtype.itemsize == layout.dtype.itemsize
             )
-            bounds = chunk_bounds(sel, layout.shape, layout.chunk_shape)
-            geometry = output_geometry(
-                bounds, work, layout.chunk_shape, layout.dtype.itemsize, plain
-            )
+            geometry = output_geometry(plan, work, layout.chunk_shape, layout.dtype.itemsize, plain)
         out_nbytes = sel.size * layout.dtype.itemsize
-        batches = self._batches(tasks, geometry, out_nbytes, sel.size == math.prod(layout.shape))
+        batches = self._batches(plan, geometry, out_nbytes, sel.size == math.prod(layout.shape))
         profile["plan"] = time.perf_counter() - t_start
         if progress is not None:
-            progress.reset(total=len(tasks))
+            progress.reset(total=len(plan))
         damaged, n_batches = self._run_batches(
-            batches, len(tasks), lambda f, i: [(work, f.tasks[i])], profile, progress, on_damaged
+            batches, len(plan), _OneOutput(work), profile, progress, on_damaged
         )
         self.backend.finish()
         profile["total"] = time.perf_counter() - t_start
         profile["batches"] = n_batches
-        profile["chunks"] = len(tasks)
+        profile["chunks"] = len(plan)
         self.last_profile = profile
         if damaged:
             keys = ", ".join(e.key for e in damaged[:10])
@@ -170,17 +173,20 @@ class ChunkedArrayReader:
         if layout.delegate_reason is not None or not sels:
             return [self.read(s) for s in sels]
         works = [self.backend.empty(s.full_shape, layout.dtype) for s in sels]
-        feeds: dict[tuple[int, ...], list[tuple[Any, ChunkTask]]] = {}
-        for sel, work in zip(sels, works, strict=True):
-            for task in plan_chunks(sel, layout.shape, layout.chunk_shape):
-                feeds.setdefault(task.coords, []).append((work, task))
-        unique = [pairs[0][1] for pairs in feeds.values()]
+        targets = _SharedChunks()
+        unique = ChunkPlan.concatenate(
+            [
+                targets.add(work, chunk_plan(sel, layout.shape, layout.chunk_shape))
+                for sel, work in zip(sels, works, strict=True)
+            ],
+            len(layout.shape),
+        )
         profile = _new_profile()
         out_nbytes = sum(s.size for s in sels) * layout.dtype.itemsize
         whole_level = any(s.size == math.prod(layout.shape) for s in sels)
         batches = self._batches(unique, None, out_nbytes, whole_level)
         _, profile["batches"] = self._run_batches(
-            batches, len(unique), lambda f, i: feeds[f.tasks[i].coords], profile, None, "raise"
+            batches, len(unique), targets, profile, None, "raise"
         )
         self.backend.finish()
         profile["chunks"] = len(unique)
@@ -189,15 +195,15 @@ class ChunkedArrayReader:
 
     def _run_batches(
         self,
-        batches: Iterator[tuple[list[ChunkTask], Placement | None]],
+        batches: Iterator[tuple[ChunkPlan, Placement | None]],
         n_tasks: int,
-        targets: Any,
+        targets: _Targets,
         profile: dict[str, float],
         progress: Any,
         on_damaged: str,
     ) -> tuple[list[ChunkDecodeError], int]:
         """Fetch, decode and place every batch; batch k+1 is fetched while batch k decodes.
-        ``targets(fetched, i)`` lists the (output, task) pairs chunk i of a batch feeds.
+        ``targets`` says which outputs each chunk of a batch feeds.
         Returns the damaged chunks (with ``on_damaged="fill"``) and the number of batches."""
         damaged: list[ChunkDecodeError] = []
         n_batches = 0
@@ -205,9 +211,7 @@ class ChunkedArrayReader:
         def run(fetched: _Fetched) -> None:
             nonlocal n_batches
             n_batches += 1
-            damaged.extend(
-                self._decode_and_place(fetched, lambda i: targets(fetched, i), on_damaged)
-            )
+            damaged.extend(self._decode_and_place(fetched, targets, on_damaged))
             if progress is not None:
                 progress.update(len(fetched.tasks))
 
@@ -245,8 +249,8 @@ class ChunkedArrayReader:
         return self.backend.batch_bytes(read_nbytes)
 
     def _batches(
-        self, tasks: list[ChunkTask], geometry: Any, out_nbytes: int, whole_level: bool
-    ) -> Iterator[tuple[list[ChunkTask], Placement | None]]:
+        self, tasks: ChunkPlan, geometry: Any, out_nbytes: int, whole_level: bool
+    ) -> Iterator[tuple[ChunkPlan, Placement | None]]:
         fmt = self.layout.chunk
         per_chunk = fmt.nbytes if fmt else 1
         if self._decoded_total:  # a read's first batch, often its largest
@@ -294,7 +298,7 @@ class ChunkedArrayReader:
 
     def _fetch(
         self,
-        tasks: list[ChunkTask],
+        tasks: ChunkPlan,
         placement: Placement | None = None,
         profile: dict[str, float] | None = None,
     ) -> _Fetched:
@@ -319,7 +323,7 @@ class ChunkedArrayReader:
     def _clamped(fraction: float) -> float:
         return min(1.05, max(0.01, fraction))
 
-    def _fetch_staged(self, tasks: list[ChunkTask], host: int = 0) -> _Fetched:
+    def _fetch_staged(self, tasks: ChunkPlan, host: int = 0) -> _Fetched:
         """Fetch a batch; its last ``host`` chunks (decoded on host cores) are staged apart,
         since the device's share goes back to the ring as soon as it is uploaded."""
         staging = self.backend.acquire_staging()
@@ -339,52 +343,60 @@ class ChunkedArrayReader:
             raise
 
     def _fetch_into(
-        self, tasks: list[ChunkTask], allocate: Any
+        self, tasks: ChunkPlan, allocate: Any
     ) -> tuple[list[str], list[memoryview | None]]:
         layout = self.layout
-        if not tasks:
+        if not len(tasks):
             return [], []
         if layout.shard_index is None:
-            keys = [self._prefix + layout.storage_key(t.coords) for t in tasks]
+            keys = [self._prefix + layout.storage_key(c) for c in tasks.coord_tuples()]
             hint = int(layout.chunk.nbytes * self._stored_fraction) if layout.chunk else None
             data = self.source.fetch([ByteRequest(k) for k in keys], allocate, hint)
             return keys, data
         fmt = layout.shard_index
-        shard_keys = [self._prefix + layout.storage_key(shard_coords(t.coords, fmt)) for t in tasks]
-        indexes = self._shard_indexes(sorted(set(shard_keys)))
-        requests: list[ByteRequest] = []
-        slots: list[int | None] = []
-        keys = []
-        for t, shard_key in zip(tasks, shard_keys, strict=True):
-            keys.append(
-                f"{shard_key} (inner chunk {tuple(c % n for c, n in zip(t.coords, fmt.inner_per_shard, strict=True))})"
+        chunks = inner_chunks(tasks.coords, fmt)
+        shard_keys = [self._prefix + layout.storage_key(tuple(c)) for c in chunks.shards.tolist()]
+        indexes = self._shard_indexes(shard_keys)
+        entries, present = inner_entries([indexes[k] for k in shard_keys], chunks, fmt)
+        keys = [
+            f"{shard_keys[s]} (inner chunk {tuple(local)})"
+            for s, local in zip(chunks.shard_of.tolist(), chunks.local.tolist(), strict=True)
+        ]
+        rows = np.flatnonzero(present)
+        # a damaged index may point anywhere: past 2**62 no file reaches, and int64 holds it
+        beyond = np.flatnonzero((entries[rows] >= np.uint64(1 << 62)).any(axis=1))
+        if beyond.size:
+            raise ChunkDecodeError(
+                self.name, keys[rows[beyond[0]]], "shard index entry out of range"
             )
-            entry = inner_entry(indexes[shard_key], t.coords, fmt)
-            if entry is None:
-                slots.append(None)
-                continue
-            slots.append(len(requests))
-            requests.append(ByteRequest(shard_key, entry[0], entry[1]))
+        offsets = entries[rows, 0].astype(np.int64)
+        lengths = entries[rows, 1].astype(np.int64)
+        shard_of = chunks.shard_of[rows]
         if allocate is None:
-            merged, where = coalesce(requests)
+            runs = merge_ranges(shard_of, offsets, lengths)
         elif self.backend.stages_unaligned(layout.chunk):
             # adjacent inner chunks in one read each (fewer, larger reads: a cold disk
             # serves them faster); the chunks then start anywhere in staging
-            merged, where = coalesce(requests, max_gap=0, max_length=STAGED_RUN_BYTES)
+            runs = merge_ranges(shard_of, offsets, lengths, 0, STAGED_RUN_BYTES)
         else:  # each inner chunk to its own aligned staging slot, ready for the device
-            merged, where = requests, [(k, 0, r.length or 0) for k, r in enumerate(requests)]
-        hint = sum(r.length or 0 for r in merged) // max(1, len(merged))
+            runs = Runs(np.arange(len(rows)), shard_of, offsets, offsets + lengths)
+        merged = [
+            ByteRequest(shard_keys[s], a, b - a)
+            for s, a, b in zip(
+                runs.key.tolist(), runs.start.tolist(), runs.stop.tolist(), strict=True
+            )
+        ]
+        hint = int((runs.stop - runs.start).sum()) // max(1, len(merged))
         blobs = self.source.fetch(merged, allocate, hint)
-        data: list[memoryview | None] = []
-        for t_key, slot in zip(keys, slots, strict=True):
-            if slot is None:
-                data.append(None)
-                continue
-            m, start, length = where[slot]
-            blob = blobs[m]
+        data: list[memoryview | None] = [None] * len(tasks)
+        starts = (offsets - runs.start[runs.of]).tolist()
+        for row, run, start, length in zip(
+            rows.tolist(), runs.of.tolist(), starts, lengths.tolist(), strict=True
+        ):
+            blob = blobs[run]
             if blob is None or start + length > len(blob):
-                raise ChunkDecodeError(self.name, t_key, "shard is shorter than its index says")
-            data.append(blob[start : start + length])
+                raise ChunkDecodeError(self.name, keys[row], "shard is shorter than its index says")
+            data[row] = blob[start : start + length]
         return keys, data
 
     def _shard_indexes(self, shard_keys: Sequence[str]) -> dict[str, np.ndarray | None]:
@@ -412,11 +424,11 @@ class ChunkedArrayReader:
         return found
 
     def _decode_and_place(
-        self, fetched: _Fetched, targets: Any, on_damaged: str
+        self, fetched: _Fetched, targets: _Targets, on_damaged: str
     ) -> list[ChunkDecodeError]:
-        """Decode a fetched batch and place it. ``targets(i)`` lists the (output, task)
-        pairs that chunk i of the batch feeds (one for a plain read, several when
-        :meth:`read_regions` shares chunks between regions)."""
+        """Decode a fetched batch and place it in the outputs ``targets`` gives for each
+        chunk (one for a plain read, several when :meth:`read_regions` shares chunks
+        between regions)."""
         layout = self.layout
         present = [i for i, d in enumerate(fetched.data) if d is not None]
         profile = fetched.profile if fetched.profile is not None else _new_profile()
@@ -447,27 +459,26 @@ class ChunkedArrayReader:
             self.backend.release_staging(fetched.staging)
             self.backend.release_staging(fetched.host_staging)
         damaged = []
-        groups: dict[int, tuple[Any, list[ChunkTask], list[Any]]] = {}
+        rows, raws = [], []
         for i, raw in zip(present, decoded, strict=True):
             if raw is PLACED:
                 continue
-            for work, task in targets(i):
-                if isinstance(raw, ChunkDecodeError):
-                    fill(work, task.out_region, layout.fill_value)
-                    continue
-                group = groups.setdefault(id(work), (work, [], []))
-                group[1].append(task)
-                group[2].append(raw)
             if isinstance(raw, ChunkDecodeError):
                 damaged.append(raw)
+                for work, task in targets.tasks(fetched.tasks, i):
+                    fill(work, task.out_region, layout.fill_value)
+                continue
+            rows.append(i)
+            raws.append(raw)
         t1 = time.perf_counter()
         profile["decode"] += t1 - t0
-        for work, tasks, raws in groups.values():
-            self.backend.place_all(work, tasks, raws, layout.chunk, layout.dtype)
+        if rows:
+            for work, tasks, chunk_raws in targets.groups(fetched.tasks, rows, raws):
+                self.backend.place_all(work, tasks, chunk_raws, layout.chunk, layout.dtype)
         profile["place"] += time.perf_counter() - t1
         for i, d in enumerate(fetched.data):
             if d is None:
-                for work, task in targets(i):
+                for work, task in targets.tasks(fetched.tasks, i):
                     fill(work, task.out_region, layout.fill_value)
         if damaged and on_damaged == "raise":
             self.backend.finish()
@@ -482,6 +493,68 @@ class ChunkedArrayReader:
         region = tuple(slice(a.start, a.stop, a.step) for a in sel.axes)
         host = np.asarray(self.array[region])
         work[...] = self.backend.from_host(host.astype(self.layout.dtype, copy=False))
+
+
+class _Targets:
+    """Which outputs the chunks of a batch (rows of its plan) feed."""
+
+    def tasks(self, batch: ChunkPlan, i: int) -> list[tuple[Any, ChunkTask]]:
+        """The (output, task) pairs that chunk ``i`` of ``batch`` fills."""
+        raise NotImplementedError
+
+    def groups(
+        self, batch: ChunkPlan, rows: list[int], raws: list[Any]
+    ) -> list[tuple[Any, ChunkPlan, list[Any]]]:
+        """Decoded chunks ``raws`` (rows ``rows`` of ``batch``) as (output, the plan of
+        where they land in it, their decoded bytes), one entry per output."""
+        raise NotImplementedError
+
+
+class _OneOutput(_Targets):
+    """A plain read: each chunk fills its own place in one output."""
+
+    def __init__(self, work: Any):
+        self.work = work
+
+    def tasks(self, batch, i):
+        return [(self.work, batch.task(i))]
+
+    def groups(self, batch, rows, raws):
+        return [(self.work, batch[np.asarray(rows, dtype=np.intp)], raws)]
+
+
+class _SharedChunks(_Targets):
+    """Regions read together (:meth:`ChunkedArrayReader.read_regions`): a chunk feeds every
+    region it touches, each its own output."""
+
+    def __init__(self) -> None:
+        self._feeds: dict[tuple[int, ...], list[tuple[Any, ChunkPlan, int]]] = {}
+
+    def add(self, work: Any, plan: ChunkPlan) -> ChunkPlan:
+        """Record that ``plan``'s chunks fill ``work``; returns those not seen before."""
+        new = []
+        for row, coords in enumerate(plan.coord_tuples()):
+            feeds = self._feeds.get(coords)
+            if feeds is None:
+                feeds = self._feeds[coords] = []
+                new.append(row)
+            feeds.append((work, plan, row))
+        return plan[np.asarray(new, dtype=np.intp)]
+
+    def tasks(self, batch, i):
+        return [(work, plan.task(row)) for work, plan, row in self._feeds[batch.coords_of(i)]]
+
+    def groups(self, batch, rows, raws):
+        by_output: dict[int, tuple[Any, ChunkPlan, list[int], list[Any]]] = {}
+        for i, raw in zip(rows, raws, strict=True):
+            for work, plan, row in self._feeds[batch.coords_of(i)]:
+                entry = by_output.setdefault(id(work), (work, plan, [], []))
+                entry[2].append(row)
+                entry[3].append(raw)
+        return [
+            (work, plan[np.asarray(plan_rows, dtype=np.intp)], chunk_raws)
+            for work, plan, plan_rows, chunk_raws in by_output.values()
+        ]
 
 
 def _new_profile() -> dict[str, float]:

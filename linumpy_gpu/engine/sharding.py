@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,18 +39,40 @@ def index_request_args(fmt: ShardIndexFormat) -> dict[str, int]:
     return {"offset": 0, "length": fmt.nbytes}
 
 
-def inner_entry(
-    index: np.ndarray | None, coords: Sequence[int], fmt: ShardIndexFormat
-) -> tuple[int, int] | None:
-    """(offset, nbytes) of the inner chunk at array-grid ``coords``, None if absent."""
-    if index is None:
-        return None
-    local = tuple(c % n for c, n in zip(coords, fmt.inner_per_shard, strict=True))
-    offset, nbytes = index[local]
-    if offset == MISSING and nbytes == MISSING:
-        return None
-    return int(offset), int(nbytes)
+class InnerChunks(NamedTuple):
+    """Where the inner chunks of a batch live: per chunk its shard (an index into
+    ``shards``, the shards' grid coordinates) and its coordinates inside that shard."""
+
+    shards: np.ndarray
+    shard_of: np.ndarray
+    local: np.ndarray
 
 
-def shard_coords(coords: Sequence[int], fmt: ShardIndexFormat) -> tuple[int, ...]:
-    return tuple(c // n for c, n in zip(coords, fmt.inner_per_shard, strict=True))
+def inner_chunks(coords: np.ndarray, fmt: ShardIndexFormat) -> InnerChunks:
+    """The shards and in-shard coordinates of chunks at array-grid ``coords`` (n, ndim)."""
+    per_shard = np.asarray(fmt.inner_per_shard, dtype=np.int64)
+    shard_grid, local = np.divmod(coords, per_shard)
+    shards, shard_of = np.unique(shard_grid, axis=0, return_inverse=True)
+    return InnerChunks(shards, shard_of.reshape(-1), local)
+
+
+def inner_entries(
+    indexes: Sequence[np.ndarray | None], chunks: InnerChunks, fmt: ShardIndexFormat
+) -> tuple[np.ndarray, np.ndarray]:
+    """(offset, nbytes) of every chunk of ``chunks`` (rows of an (n, 2) uint64 array) from
+    its shard's index (``indexes[s]`` for ``chunks.shards[s]``, None for a missing shard),
+    and which chunks are present."""
+    n = len(chunks.shard_of)
+    entries = np.full((n, 2), MISSING, dtype=np.uint64)
+    if chunks.local.shape[1]:
+        flat = np.ravel_multi_index(tuple(chunks.local.T), fmt.inner_per_shard)
+    else:
+        flat = np.zeros(n, dtype=np.intp)
+    order = np.argsort(chunks.shard_of, kind="stable")
+    bounds = np.searchsorted(chunks.shard_of[order], np.arange(len(indexes) + 1))
+    for s, index in enumerate(indexes):
+        if index is not None:
+            rows = order[bounds[s] : bounds[s + 1]]
+            entries[rows] = index.reshape(-1, 2)[flat[rows]]
+    present = ~((entries[:, 0] == MISSING) & (entries[:, 1] == MISSING))
+    return entries, present

@@ -17,7 +17,7 @@ from ..engine.fetch import ByteSource
 from ..engine.layout import ChunkFormat
 from ..env import env_float, env_int
 from ..errors import ChunkDecodeError, DeviceMemoryError, OutputMismatchError
-from .copy_jobs import SHAPE, in_units, wide_copy_units, widest_unit
+from .copy_jobs import SHAPE, in_units, jobs_from, place_jobs, wide_copy_units, widest_unit
 from .host_decode import DEFAULT_THREADS, host_decoder
 from .kernels import kernel
 from .kvikio_fetch import KvikioFileSource, kvikio_available
@@ -220,15 +220,15 @@ class GpuBackend(Backend):
                     packed[i][tuple(slice(0, r.stop - r.start) for r in region)] = data[region]
                 return packed.reshape(-1).view(np.uint8), stride
             src_strides = np.asarray([s // itemsize for s in data.strides], dtype=np.int64)
-            dst_strides = np.asarray(_c_strides(list(chunk_shape)), dtype=np.int64)
             starts = np.array([[r.start for r in reg] for reg in regions], dtype=np.int64)
             stops = np.array([[r.stop for r in reg] for reg in regions], dtype=np.int64)
-            jobs = np.zeros((n, 20), dtype=np.int64)
-            jobs[:, 0] = data.data.ptr + (starts * src_strides).sum(axis=1) * itemsize
-            jobs[:, 1] = packed.data.ptr + np.arange(n, dtype=np.int64) * stride
-            jobs[:, 2 : 2 + ndim] = stops - starts
-            jobs[:, 8 : 8 + ndim] = src_strides
-            jobs[:, 14 : 14 + ndim] = dst_strides
+            jobs = jobs_from(
+                data.data.ptr + (starts * src_strides).sum(axis=1) * itemsize,
+                packed.data.ptr + np.arange(n, dtype=np.int64) * stride,
+                stops - starts,
+                src_strides,
+                _c_strides(list(chunk_shape)),
+            )
             self._launch_copy(jobs, ndim, itemsize)
             return packed.reshape(-1).view(np.uint8), stride
 
@@ -277,7 +277,8 @@ class GpuBackend(Backend):
             staging.release()
 
     def place_all(self, work, tasks, raws, fmt, dtype) -> None:
-        """All chunks of a batch into ``work`` with one scatter kernel launch."""
+        """All chunks of a batch into ``work`` with one scatter kernel launch, its jobs
+        straight from the plan's rows."""
         itemsize = np.dtype(dtype).itemsize
         ndim = work.ndim
         fast = not fmt.needs_byteswap and itemsize in (1, 2, 4, 8) and 1 <= ndim <= MAX_SCATTER_DIMS
@@ -286,24 +287,15 @@ class GpuBackend(Backend):
         if not fast:
             arrays = [r.as_array() if hasattr(r, "as_array") else r for r in raws]
             return super().place_all(work, tasks, arrays, fmt, dtype)
-        chunk_strides = _element_strides(fmt)
-        out_strides = [s // itemsize for s in work.strides]
-        n = len(tasks)
-        jobs = np.zeros((n, 20), dtype=np.int64)
-        chunk_start = np.array([[s.start for s in t.chunk_region] for t in tasks], dtype=np.int64)
-        chunk_step = np.array([[s.step for s in t.chunk_region] for t in tasks], dtype=np.int64)
-        out_start = np.array([[s.start for s in t.out_region] for t in tasks], dtype=np.int64)
-        out_stop = np.array([[s.stop for s in t.out_region] for t in tasks], dtype=np.int64)
         src_ptr = np.fromiter(
-            (r.ptr if hasattr(r, "ptr") else r.data.ptr for r in raws), dtype=np.int64, count=n
+            (r.ptr if hasattr(r, "ptr") else r.data.ptr for r in raws),
+            dtype=np.int64,
+            count=len(raws),
         )
-        cs = np.asarray(chunk_strides, dtype=np.int64)
-        ds = np.asarray(out_strides, dtype=np.int64)
-        jobs[:, 0] = src_ptr + (chunk_start * cs).sum(axis=1) * itemsize
-        jobs[:, 1] = work.data.ptr + (out_start * ds).sum(axis=1) * itemsize
-        jobs[:, 2 : 2 + ndim] = out_stop - out_start
-        jobs[:, 8 : 8 + ndim] = cs * chunk_step
-        jobs[:, 14 : 14 + ndim] = ds
+        out_strides = [s // itemsize for s in work.strides]
+        jobs = place_jobs(
+            tasks, src_ptr, work.data.ptr, _element_strides(fmt), out_strides, itemsize
+        )
         self._launch_copy(jobs, ndim, itemsize)
 
     def owns(self, array):

@@ -10,13 +10,57 @@ length, stride and address of the launch is a multiple of: a 128^3 uint16 chunk 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
+from ..engine.plan import ChunkPlan
 from ..env import env_int
 
 JOB_COLUMNS = 20
 SHAPE, SOURCE_STRIDES, TARGET_STRIDES = 2, 8, 14
 WIDE_UNITS = (16, 8, 4)
+
+
+def jobs_from(
+    source: np.ndarray,
+    target: np.ndarray,
+    shape: np.ndarray,
+    source_strides: np.ndarray | Sequence[int],
+    target_strides: np.ndarray | Sequence[int],
+) -> np.ndarray:
+    """Job rows from per-job addresses (n,), shapes (n, ndim) and element strides (n, ndim)
+    or one (ndim,) for every job."""
+    n, ndim = shape.shape
+    jobs = np.zeros((n, JOB_COLUMNS), dtype=np.int64)
+    jobs[:, 0] = source
+    jobs[:, 1] = target
+    jobs[:, SHAPE : SHAPE + ndim] = shape
+    jobs[:, SOURCE_STRIDES : SOURCE_STRIDES + ndim] = source_strides
+    jobs[:, TARGET_STRIDES : TARGET_STRIDES + ndim] = target_strides
+    return jobs
+
+
+def place_jobs(
+    plan: ChunkPlan,
+    chunk_ptrs: np.ndarray,
+    out_ptr: int,
+    chunk_strides: Sequence[int],
+    out_strides: Sequence[int],
+    itemsize: int,
+) -> np.ndarray:
+    """Jobs that copy the wanted part of each decoded chunk of ``plan`` (chunk k at
+    address ``chunk_ptrs[k]``, laid out with ``chunk_strides``) into its place in the
+    output at ``out_ptr`` (``out_strides``; strides in elements), from the plan's rows."""
+    cs = np.asarray(chunk_strides, dtype=np.int64)
+    ds = np.asarray(out_strides, dtype=np.int64)
+    return jobs_from(
+        chunk_ptrs + (plan.chunk_start * cs).sum(axis=1) * itemsize,
+        out_ptr + (plan.out_start * ds).sum(axis=1) * itemsize,
+        plan.out_stop - plan.out_start,
+        cs * plan.chunk_step,
+        ds,
+    )
 
 
 def wide_copy_units() -> bool:
