@@ -35,6 +35,16 @@ def test_reserve_spans_arenas_and_locates_slices():
         assert offset % ALIGN == 0
         assert batch.locate(v[17:1000]) == (arena, offset + 17)
     assert batch.locate(memoryview(bytearray(10))) is None
+    # all at once, as a decode takes a batch's frames: each view, sliced or not, in order
+    frames = [v[4:] if k % 3 else v for k, v in enumerate(views)]
+    arena_of, offsets = batch.locate_all(frames)
+    assert list(zip(arena_of.tolist(), offsets.tolist(), strict=True)) == [
+        batch.locate(f) for f in frames
+    ]
+    assert batch.locate_all([*frames, memoryview(bytearray(10))]) is None  # one elsewhere
+    assert batch.locate_all([*frames, views[0][:0]]) is None  # an empty one: no address
+    assert batch.locate_all([*frames, bytes(5)]) is None  # read-only memory elsewhere
+    assert batch.locate_all([]) is None
     batch.release()
     assert len(pool._free) == 4 and pool.allocated == 4 * MiB
 

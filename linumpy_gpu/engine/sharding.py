@@ -52,7 +52,11 @@ def inner_chunks(coords: np.ndarray, fmt: ShardIndexFormat) -> InnerChunks:
     """The shards and in-shard coordinates of chunks at array-grid ``coords`` (n, ndim)."""
     per_shard = np.asarray(fmt.inner_per_shard, dtype=np.int64)
     shard_grid, local = np.divmod(coords, per_shard)
-    shards, shard_of = np.unique(shard_grid, axis=0, return_inverse=True)
+    if not len(coords):
+        return InnerChunks(shard_grid, np.empty(0, dtype=np.intp), local)
+    grid = tuple(int(n) for n in shard_grid.max(axis=0) + 1)
+    flat, shard_of = np.unique(np.ravel_multi_index(tuple(shard_grid.T), grid), return_inverse=True)
+    shards = np.stack(np.unravel_index(flat, grid), axis=1).astype(np.int64)
     return InnerChunks(shards, shard_of.reshape(-1), local)
 
 

@@ -26,6 +26,7 @@ from .staging import staging_pool
 from .zstd_batch import (
     SLOT_ALIGN,
     DecodedBatch,
+    DeviceSlot,
     Workspace,
     codec_for_current_device,
     planned_temp_share,
@@ -402,18 +403,19 @@ class GpuBackend(Backend):
                 staging.release()
         finally:  # the workers write into this batch's memory: never leave them running
             failures = {} if on_host is None else self._host.wait(on_host[1], self._stream())
-        for slot, i in enumerate(positions[:split]):
-            reason = batch.failures.get(slot)
-            if reason is not None:
-                results[i] = ChunkDecodeError(array, chunks[i][0], reason)
-            elif targets[slot]:
-                results[i] = PLACED
-            else:
-                results[i] = batch.slot_ref(slot)
+        placed = (targets != 0).tolist()
+        if split:
+            ptrs = batch.ptrs.tolist()
+            for slot, i in enumerate(positions[:split]):
+                reason = batch.failures.get(slot)
+                if reason is not None:
+                    results[i] = ChunkDecodeError(array, chunks[i][0], reason)
+                else:
+                    results[i] = PLACED if placed[slot] else DeviceSlot(batch, slot, ptrs[slot])
         for k, i in enumerate(positions[split:]):
             if k in failures:
                 results[i] = ChunkDecodeError(array, chunks[i][0], failures[k])
-            elif targets[split + k]:
+            elif placed[split + k]:
                 results[i] = PLACED
             else:
                 results[i] = on_host[0].slot_ref(k)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,16 @@ DEFAULT_ARENA = env_int("LINUMPY_GPU_PINNED_ARENA", 64 << 20, minimum=1)
 # another (2 s here once made 8 threads of tile reads 50x slower).
 ARENA_WAIT = 0.1
 ALIGN = SLOT_ALIGN  # every reservation starts on a slot boundary, like device buffers
+
+
+def buffer_address(view: Any) -> int:
+    """The address of a buffer's first byte (ValueError for an empty one)."""
+    try:  # writable buffers (pinned arenas and views of them): ctypes reads it directly
+        return ctypes.addressof(ctypes.c_char.from_buffer(view))
+    except TypeError:  # read-only (bytes)
+        if not len(view):
+            raise ValueError("an empty buffer has no address") from None
+        return np.frombuffer(view, dtype=np.uint8).__array_interface__["data"][0]
 
 
 class Arena:
@@ -143,14 +154,29 @@ class StagedBatch:
     def locate(self, view: Any) -> tuple[int, int] | None:
         """(arena index, offset) of bytes inside this batch's arenas (any view of them,
         e.g. a slice of what ``reserve`` handed out), else None."""
-        n = len(view)
-        if not n:
+        found = self.locate_all([view])
+        return None if found is None else (int(found[0][0]), int(found[1][0]))
+
+    def locate_all(self, views: Sequence[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per view, the index of the arena of this batch that holds its bytes and their
+        offset in it (int64 arrays), or None unless every view lies in an arena (a batch
+        of small chunks has thousands: one address each, the rest on arrays)."""
+        if not views or not self.arenas:
             return None
-        addr = np.frombuffer(view, dtype=np.uint8).__array_interface__["data"][0]
-        for k, arena in enumerate(self.arenas):
-            if arena.base <= addr and addr + n <= arena.base + arena.size:
-                return k, addr - arena.base
-        return None
+        try:
+            addrs = np.fromiter(map(buffer_address, views), dtype=np.int64, count=len(views))
+        except ValueError:  # an empty view: no address
+            return None
+        sizes = np.fromiter(map(len, views), dtype=np.int64, count=len(views))
+        bases = np.array([a.base for a in self.arenas], dtype=np.int64)
+        ends = bases + np.array([a.size for a in self.arenas], dtype=np.int64)
+        order = np.argsort(bases)
+        k = np.searchsorted(bases[order], addrs, side="right") - 1
+        arena = order[np.maximum(k, 0)]
+        inside = (k >= 0) & (addrs + sizes <= ends[arena])
+        if not inside.all():
+            return None
+        return arena, addrs - bases[arena]
 
     def upload(
         self, device_buffer_factory: Any, stream: Any, release: bool = True

@@ -254,15 +254,11 @@ class ZstdBatchCodec:
         sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
         self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
         sizing = self.api.sizes_from_frames()
-        where = None
-        if staging is not None and frames:
-            where = [staging.locate(v) for v in frames]
-            if any(w is None for w in where):
-                where = None
+        where = staging.locate_all(frames) if staging is not None and frames else None
         if where is not None:
-            host_ptrs = np.fromiter(
-                (staging.arenas[a].base + o for a, o in where), dtype=np.uint64, count=len(frames)
-            )
+            arena_of, in_arena = where
+            bases = np.array([a.base for a in staging.arenas], dtype=np.int64)
+            host_ptrs = (bases[arena_of] + in_arena).astype(np.uint64)
         else:  # packed into this codec's own pinned buffer first
             padded = (sizes + np.uint64(SLOT_ALIGN - 1)) // np.uint64(SLOT_ALIGN)
             padded *= np.uint64(SLOT_ALIGN)
@@ -281,9 +277,7 @@ class ZstdBatchCodec:
             comp, starts = staging.upload(
                 lambda n: workspace.take(n, self.stream), self.stream, release=not sizing
             )
-            offsets = np.fromiter(
-                (starts[a] + o for a, o in where), dtype=np.uint64, count=len(frames)
-            )
+            offsets = (np.asarray(starts, dtype=np.int64)[arena_of] + in_arena).astype(np.uint64)
             release = staging.release
         else:
             comp = workspace.take(max(total, 1), self.stream)
@@ -308,10 +302,10 @@ class ZstdBatchCodec:
         """Uncompressed chunks: to the device (one copy per staging arena), used in place."""
         sizes = [len(f) for f in frames]
         self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
-        where = [staging.locate(f) for f in frames] if staging is not None else []
-        if frames and staging is not None and all(w is not None for w in where):
+        where = staging.locate_all(frames) if staging is not None and frames else None
+        if where is not None:
             dev, starts = staging.upload(lambda n: Workspace().take(n, self.stream), self.stream)
-            offsets = [starts[a] + o for a, o in where]
+            offsets = np.asarray(starts, dtype=np.int64)[where[0]] + where[1]
         else:
             host = self.pinned(max(1, sum(sizes)))
             offsets, pos = [], 0
