@@ -27,7 +27,6 @@ from ..engine.fetch import (
     LocalFileSource,
     spans_in_file,
 )
-from ..env import env_int
 
 # Files open at once (kvikio opens each twice, with and without O_DIRECT): well under the
 # usual limit of 1024 descriptors.
@@ -54,11 +53,6 @@ SLOW_BYTES_IN_FLIGHT = 128 << 20
 # 6-25 GB/s there, its disk at 1.5-2.1.
 CONFIRM_BYTES = 64 << 20
 CONFIRMED_SLOW_RATE = 3e9
-# A disk serves many files read at once faster than the same bytes read file after file:
-# a sharded level's 8 MiB runs, read a file at a time, came in at 64-75% of the rate of
-# 32 threads reading whole files (H200 host, run 56). So on slow storage this many files
-# are read at once, their runs in turn.
-SLOW_FILES_AT_ONCE = 32
 # kvikio's pool size when the user has not chosen one (KVIKIO_NTHREADS): as many reads in
 # flight as a disk wants; on the page cache extra threads cost nothing here (no GIL).
 KVIKIO_THREADS = DISK_THREADS
@@ -97,25 +91,6 @@ def _configure_pool() -> None:
         _configured = True
 
 
-def slow_files_at_once() -> int:
-    """Files a fetch on slow storage reads at once, each one's reads in turn with the
-    others' (``LINUMPY_GPU_SLOW_FILES_AT_ONCE``; 1: one file after another)."""
-    return min(OPEN_FILES // 4, env_int("LINUMPY_GPU_SLOW_FILES_AT_ONCE", SLOW_FILES_AT_ONCE, 1))
-
-
-@dataclass
-class _OpenFile:
-    """A file being read: its reads (``members`` of the fetch, at ``spans``), the next one
-    to submit, and the group its reads go to."""
-
-    path: str
-    handle: Any
-    members: list[int]
-    spans: list[tuple[int, int]]
-    next: int = 0
-    group: _ReadGroup | None = None
-
-
 @dataclass
 class _ReadGroup:
     """Reads of one file submitted together, waited for together."""
@@ -124,7 +99,7 @@ class _ReadGroup:
     handle: Any
     reads: list[tuple[int, memoryview, Any]] = field(default_factory=list)
     nbytes: int = 0
-    closes: bool = False  # the file's last group: close it once done
+    closes: bool = True  # the file's last group: close it once done
 
 
 class KvikioFileSource(LocalFileSource):
@@ -191,14 +166,8 @@ class KvikioFileSource(LocalFileSource):
                 or len(in_flight) > OPEN_FILES
             )
 
-        # files being read: one on the page cache, where a file's reads are memory copies
-        # in file order; several on storage, each one's reads in turn with the others'
-        rotation: deque[_OpenFile] = deque()
-        files = iter(by_key.items())
-
-        def open_next() -> bool:
-            nonlocal opened
-            for key, members in files:
+        try:
+            for key, members in by_key.items():
                 opened += 1
                 path = self.path_of(key)
                 try:
@@ -207,51 +176,26 @@ class KvikioFileSource(LocalFileSource):
                     if not os.path.isfile(path):  # a missing chunk: the fill value
                         continue
                     raise OSError(f"could not open {path}: {exc}") from None
+                group = _ReadGroup(path, handle)
+                in_flight.append(group)
                 size = os.fstat(handle.fileno()).st_size
                 spans = spans_in_file([requests[i] for i in members], size)
-                rotation.append(_OpenFile(path, handle, members, spans))
-                return True
-            return False
-
-        try:
-            while True:
-                at_once = 1 if probing else slow_files_at_once()
-                while len(rotation) < at_once:
-                    if len(in_flight) + len(rotation) >= OPEN_FILES:  # files open at once
-                        if rotation:
-                            break
-                        collect()
-                    elif not open_next():
-                        break
-                if not rotation:
-                    break
-                file = rotation[0]
-                i, (start, end) = file.members[file.next], file.spans[file.next]
-                file.next += 1
-                last = file.next == len(file.members)
-                if last:
-                    rotation.popleft()
-                else:
-                    rotation.rotate(-1)
-                if not in_flight or in_flight[-1] is not file.group:
-                    # a file's reads join its group while nothing was submitted after them
-                    # (read in turn with other files: a group each, collected in order)
-                    file.group = _ReadGroup(file.path, file.handle)
-                    in_flight.append(file.group)
-                file.group.closes = last  # its last group closes it, once collected
-                length = end - start
-                view = allocate(length) if allocate is not None and length else None
-                if view is None:
-                    view = memoryview(bytearray(length))
-                future = file.handle.pread(view, length, start) if length else None
-                file.group.reads.append((i, view, future))
-                file.group.nbytes += length
-                outstanding += 1
-                outstanding_bytes += length
-                if too_many() and not last and in_flight[-1] is file.group:
-                    # more of this file follows in a new group: the older ones can be waited for
-                    file.group = _ReadGroup(file.path, file.handle)
-                    in_flight.append(file.group)
+                for k, (i, (start, end)) in enumerate(zip(members, spans, strict=True)):
+                    length = end - start
+                    view = allocate(length) if allocate is not None and length else None
+                    if view is None:
+                        view = memoryview(bytearray(length))
+                    future = handle.pread(view, length, start) if length else None
+                    group.reads.append((i, view, future))
+                    group.nbytes += length
+                    outstanding += 1
+                    outstanding_bytes += length
+                    if too_many() and k + 1 < len(members):
+                        group.closes = False  # more of this file follows in a new group
+                        group = _ReadGroup(path, handle)
+                        in_flight.append(group)
+                        while len(in_flight) > 1 and too_many():
+                            collect()
                 while len(in_flight) > 1 and too_many():
                     collect()
             while in_flight:
@@ -267,10 +211,6 @@ class KvikioFileSource(LocalFileSource):
                 group.closes = handles[id(group.handle)] is group
                 with contextlib.suppress(Exception):
                     self._finish(group, out)
-            for file in rotation:  # opened, but none of its reads in flight
-                if id(file.handle) not in handles:
-                    with contextlib.suppress(Exception):
-                        file.handle.close()
         return out
 
     @staticmethod
