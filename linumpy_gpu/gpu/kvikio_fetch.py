@@ -49,11 +49,9 @@ SLOW_BYTES_IN_FLIGHT = 128 << 20
 # GIL; it pays only on storage, and PROBE_BYTES alone misjudge a busy page cache as slow
 # often enough (H200 host: a warm 64^3 level fell from 10.0-10.9 to 7.3-8.2 GB/s when
 # every such fetch looked its files up). So it waits until a whole fetch of at least
-# CONFIRM_BYTES came in below CONFIRMED_SLOW_RATE, or the first CONFIRM_WITHIN_BYTES of a
-# fetch the probe judged slow (a cold read's first fetch is its largest): the page cache
-# fills pinned memory at 6-25 GB/s there, its disk at 1.5-2.1.
+# CONFIRM_BYTES came in below CONFIRMED_SLOW_RATE: the page cache fills pinned memory at
+# 6-25 GB/s there, its disk at 1.5-2.1.
 CONFIRM_BYTES = 64 << 20
-CONFIRM_WITHIN_BYTES = 256 << 20
 CONFIRMED_SLOW_RATE = 3e9
 # kvikio's pool size when the user has not chosen one (KVIKIO_NTHREADS): as many reads in
 # flight as a disk wants; on the page cache extra threads cost nothing here (no GIL).
@@ -159,14 +157,6 @@ class KvikioFileSource(LocalFileSource):
                     limit = (OPEN_FILES, SLOW_BYTES_IN_FLIGHT)
                     if self.slow_confirmed:
                         self.warm_metadata(keys[opened:])
-            elif (
-                self.slow_storage
-                and not self.slow_confirmed
-                and done_bytes >= CONFIRM_WITHIN_BYTES
-                and done_bytes / max(time.perf_counter() - t0, 1e-9) < CONFIRMED_SLOW_RATE
-            ):
-                self.slow_confirmed = True
-                self.warm_metadata(keys[opened:])
 
         def too_many() -> bool:
             reads, nbytes = limit
