@@ -415,3 +415,25 @@ def test_a_read_starts_from_the_mean_ratio_not_the_last_batch(tmp_path):
     tasks = chunk_plan(normalize_selection((), shape), shape, chunks)
     next(reader._batches(tasks, None, data.nbytes, True))
     assert reader._stored_fraction == mean
+
+
+class TableHoldingBackend(BudgetRecordingBackend):
+    """Holds per-batch tables outside the read's buffer, like the GPU backend."""
+
+    table_per_chunk = 100
+
+    def table_bytes(self, n_chunks):
+        return n_chunks * self.table_per_chunk
+
+
+def test_the_read_buffer_leaves_room_for_the_batch_tables_within_the_budget(tmp_path):
+    arr, data = _array(tmp_path, (64, 32, 32), (4, 8, 8))
+    n_chunks = 16 * 4 * 4
+    budget = 40_000
+    backend = TableHoldingBackend(budget, region_budget=budget)
+    reader = ChunkedArrayReader(arr, backend)
+    np.testing.assert_array_equal(reader.read(()), data)
+    assert reader.last_profile["batches"] > 1
+    # the largest batch the plan may make is the whole read here (staging is unbounded):
+    # its tables come out of the budget, and nothing more does
+    assert backend.spare_sizes == [budget - n_chunks * backend.table_per_chunk]

@@ -85,6 +85,11 @@ class Backend:
         them, or None."""
         return None
 
+    def table_bytes(self, n_chunks: int) -> int:
+        """Memory a batch of ``n_chunks`` holds outside the read's buffer (pointer, status and
+        copy-job tables); the engine keeps it out of that buffer so the budget holds."""
+        return 0
+
     def scratch_budget(self, out_nbytes: int, whole_level: bool = True) -> int | None:
         """Most memory a read of ``out_nbytes`` may hold besides its output (None: no cap);
         ``whole_level``: the read is a full level (device backends bound those tighter)."""

@@ -280,6 +280,7 @@ class ChunkedArrayReader:
             # size per batch fragment the memory pool): as large as the budget, or as the
             # largest batch needs on its own if that is less
             largest = min(max_chunks(), len(tasks))
+            budget = max(0, budget - self.backend.table_bytes(largest))
             budget = min(budget, sum(scratch_pieces(largest, 0)) * 5 // 4)
         spare = None
         movable = self.backend.movable_slots(fmt) if fmt is not None else None

@@ -49,6 +49,12 @@ SCRATCH_FLOOR = env_int("LINUMPY_GPU_SCRATCH_FLOOR", 1 << 30)
 # at most 8 GiB), and never more than half of what is free when they start.
 REGION_SCRATCH = env_int("LINUMPY_GPU_REGION_SCRATCH", None)
 REGION_SCRATCH_MAX = 8 << 30
+# Per-chunk tables a batch allocates on the device besides its buffer: frame-check metadata,
+# nvCOMP's pointer/size/status arrays, checksum verdicts and copy jobs (about 260 bytes,
+# each array rounded up to 512 by cupy's pool). Two batches may hold them at once (the next
+# batch is checked while this one decodes), so twice this per chunk, plus a floor.
+TABLE_BYTES_PER_CHUNK = 512
+TABLE_BYTES_FLOOR = 256 << 10
 
 _local = threading.local()
 
@@ -173,6 +179,9 @@ class GpuBackend(Backend):
         # nvCOMP's slots (third of scratch_pieces) decode in the batch's own output bytes
         # and move into its workspace (three times their size) once decoded
         return 2 if fmt.codecs and gpu_decodable(fmt) else None
+
+    def table_bytes(self, n_chunks: int) -> int:
+        return 2 * n_chunks * TABLE_BYTES_PER_CHUNK + TABLE_BYTES_FLOOR
 
     def scratch_budget(self, out_nbytes: int, whole_level: bool = True) -> int:
         base = max(int(self.scratch_fraction * out_nbytes), self.scratch_floor)
