@@ -34,6 +34,8 @@ class FakeKvikio:
         self.pending_bytes = 0  # submitted, not yet waited for by the fetch
         self.most_pending_bytes = 0
         self.threads = 1
+        self.direct = False  # kvikio's auto_direct_io_read
+        self.direct_reads = 0  # reads that ran while it was on
         self.fail_on = fail_on
         fake = self
 
@@ -71,6 +73,9 @@ class FakeKvikio:
                 view = memoryview(buf).cast("B")[:size]
 
                 def read() -> int:
+                    if fake.direct:
+                        with fake.lock:
+                            fake.direct_reads += 1
                     if fake.fail_on and self.path.endswith(fake.fail_on):
                         raise RuntimeError("posix_host_read: EOF")
                     done = os.preadv(self._fd, [view], file_offset)
@@ -92,8 +97,9 @@ class FakeKvikio:
         self.module = types.ModuleType("kvikio")
         self.module.CuFile = CuFile
         defaults = types.ModuleType("kvikio.defaults")
-        defaults.get = lambda key: fake.threads
-        defaults.set = lambda key, value: setattr(fake, "threads", value)
+        names = {"num_threads": "threads", "auto_direct_io_read": "direct"}
+        defaults.get = lambda key: getattr(fake, names[key])
+        defaults.set = lambda key, value: setattr(fake, names[key], value)
         self.module.defaults = defaults
 
 
@@ -309,3 +315,35 @@ def test_warm_metadata_skips_missing_files(tmp_path):
     futures = LocalFileSource(tmp_path).warm_metadata(["a", "missing/b"])
     assert [f.result() is not None for f in futures] == [True, False]
     assert futures[0].result().st_size == 10
+
+
+@pytest.mark.parametrize("confirmed", [False, True])
+def test_direct_reads_only_on_storage_confirmed_slow(fake_kvikio, files, monkeypatch, confirmed):
+    """With LINUMPY_GPU_SLOW_DIRECT_IO, a fetch on storage confirmed slow reads with kvikio's
+    direct reads on, and turns them back off once its last read is done; storage only
+    judged slow (or a probing fetch) keeps buffered reads, which the page cache serves."""
+    monkeypatch.setattr(kvikio_fetch, "SLOW_DIRECT_IO", True)
+    fake = fake_kvikio()
+    root, blobs = files
+    source = kvikio_fetch.KvikioFileSource(root)
+    source.slow_storage = True
+    source.slow_confirmed = confirmed
+    got = source.fetch([ByteRequest(k) for k in blobs])
+    assert [bytes(v) for v in got] == list(blobs.values())
+    nonempty = sum(1 for b in blobs.values() if b)  # an empty file is not read
+    assert fake.direct_reads == (nonempty if confirmed else 0)
+    assert fake.direct is False
+    fake.direct_reads = 0
+    source._fetches = kvikio_fetch.REPROBE - 1  # the next fetch probes the storage again
+    source.slow_confirmed = confirmed
+    source.fetch([ByteRequest(k) for k in blobs])
+    assert fake.direct_reads == 0
+
+
+def test_direct_reads_stay_on_while_another_fetch_uses_them(fake_kvikio, monkeypatch):
+    fake = fake_kvikio()
+    with kvikio_fetch._direct_reads():
+        with kvikio_fetch._direct_reads():
+            assert fake.direct is True
+        assert fake.direct is True
+    assert fake.direct is False

@@ -56,9 +56,16 @@ CONFIRMED_SLOW_RATE = 3e9
 # kvikio's pool size when the user has not chosen one (KVIKIO_NTHREADS): as many reads in
 # flight as a disk wants; on the page cache extra threads cost nothing here (no GIL).
 KVIKIO_THREADS = DISK_THREADS
+# On storage confirmed slow (a whole fetch, see CONFIRM_BYTES), read with O_DIRECT: kvikio's
+# opportunistic direct reads send page-aligned middles to the device as submitted, past the
+# page cache and its readahead (LINUMPY_GPU_SLOW_DIRECT_IO=1). Never while probing: on the
+# page cache O_DIRECT would read the disk instead.
+SLOW_DIRECT_IO = os.environ.get("LINUMPY_GPU_SLOW_DIRECT_IO", "0") == "1"
 
 _configured = False
 _configure_lock = threading.Lock()
+_direct_users = 0  # fetches reading with O_DIRECT now (kvikio's switch is process-wide)
+_direct_before = False
 
 
 def kvikio_available() -> bool:
@@ -89,6 +96,37 @@ def _configure_pool() -> None:
         if "KVIKIO_NTHREADS" not in os.environ and current < 2:
             resize(KVIKIO_THREADS)
         _configured = True
+
+
+@contextlib.contextmanager
+def _direct_reads():
+    """kvikio's direct reads on for the duration (kvikio's switch is process-wide: it goes
+    back to what it was when the last fetch using it is done); nothing where kvikio has no
+    such switch (before 25.10)."""
+    global _direct_users, _direct_before
+    import kvikio.defaults
+
+    with _configure_lock:
+        if _direct_users == 0:
+            try:
+                _direct_before = bool(kvikio.defaults.get("auto_direct_io_read"))
+                kvikio.defaults.set("auto_direct_io_read", True)
+            except Exception:  # an older kvikio: buffered reads
+                supported = False
+            else:
+                supported = True
+        else:
+            supported = True
+        if supported:
+            _direct_users += 1
+    try:
+        yield
+    finally:
+        if supported:
+            with _configure_lock:
+                _direct_users -= 1
+                if _direct_users == 0:
+                    kvikio.defaults.set("auto_direct_io_read", _direct_before)
 
 
 @dataclass
@@ -137,6 +175,10 @@ class KvikioFileSource(LocalFileSource):
         outstanding = 0
         outstanding_bytes = 0
         done_bytes = 0
+        # left after the finally below: every read is done before direct reads go off
+        direct = contextlib.ExitStack()
+        if not probing and self.slow_confirmed and SLOW_DIRECT_IO:
+            direct.enter_context(_direct_reads())
         t0 = time.perf_counter()
 
         def collect() -> None:
@@ -166,51 +208,52 @@ class KvikioFileSource(LocalFileSource):
                 or len(in_flight) > OPEN_FILES
             )
 
-        try:
-            for key, members in by_key.items():
-                opened += 1
-                path = self.path_of(key)
-                try:
-                    handle = kvikio.CuFile(path, "r")
-                except (RuntimeError, OSError) as exc:  # kvikio raises RuntimeError
-                    if not os.path.isfile(path):  # a missing chunk: the fill value
-                        continue
-                    raise OSError(f"could not open {path}: {exc}") from None
-                group = _ReadGroup(path, handle)
-                in_flight.append(group)
-                size = os.fstat(handle.fileno()).st_size
-                spans = spans_in_file([requests[i] for i in members], size)
-                for k, (i, (start, end)) in enumerate(zip(members, spans, strict=True)):
-                    length = end - start
-                    view = allocate(length) if allocate is not None and length else None
-                    if view is None:
-                        view = memoryview(bytearray(length))
-                    future = handle.pread(view, length, start) if length else None
-                    group.reads.append((i, view, future))
-                    group.nbytes += length
-                    outstanding += 1
-                    outstanding_bytes += length
-                    if too_many() and k + 1 < len(members):
-                        group.closes = False  # more of this file follows in a new group
-                        group = _ReadGroup(path, handle)
-                        in_flight.append(group)
-                        while len(in_flight) > 1 and too_many():
-                            collect()
-                while len(in_flight) > 1 and too_many():
+        with direct:
+            try:
+                for key, members in by_key.items():
+                    opened += 1
+                    path = self.path_of(key)
+                    try:
+                        handle = kvikio.CuFile(path, "r")
+                    except (RuntimeError, OSError) as exc:  # kvikio raises RuntimeError
+                        if not os.path.isfile(path):  # a missing chunk: the fill value
+                            continue
+                        raise OSError(f"could not open {path}: {exc}") from None
+                    group = _ReadGroup(path, handle)
+                    in_flight.append(group)
+                    size = os.fstat(handle.fileno()).st_size
+                    spans = spans_in_file([requests[i] for i in members], size)
+                    for k, (i, (start, end)) in enumerate(zip(members, spans, strict=True)):
+                        length = end - start
+                        view = allocate(length) if allocate is not None and length else None
+                        if view is None:
+                            view = memoryview(bytearray(length))
+                        future = handle.pread(view, length, start) if length else None
+                        group.reads.append((i, view, future))
+                        group.nbytes += length
+                        outstanding += 1
+                        outstanding_bytes += length
+                        if too_many() and k + 1 < len(members):
+                            group.closes = False  # more of this file follows in a new group
+                            group = _ReadGroup(path, handle)
+                            in_flight.append(group)
+                            while len(in_flight) > 1 and too_many():
+                                collect()
+                    while len(in_flight) > 1 and too_many():
+                        collect()
+                while in_flight:
                     collect()
-            while in_flight:
-                collect()
-            if done_bytes >= CONFIRM_BYTES:
-                rate = done_bytes / max(time.perf_counter() - t0, 1e-9)
-                self.slow_confirmed = rate < CONFIRMED_SLOW_RATE
-        finally:
-            # kvikio's threads write into buffers the caller reuses: never return before
-            # every submitted read is done, whatever failed; every file opened is closed
-            handles = {id(g.handle): g for g in in_flight}
-            for group in in_flight:
-                group.closes = handles[id(group.handle)] is group
-                with contextlib.suppress(Exception):
-                    self._finish(group, out)
+                if done_bytes >= CONFIRM_BYTES:
+                    rate = done_bytes / max(time.perf_counter() - t0, 1e-9)
+                    self.slow_confirmed = rate < CONFIRMED_SLOW_RATE
+            finally:
+                # kvikio's threads write into buffers the caller reuses: never return before
+                # every submitted read is done, whatever failed; every file opened is closed
+                handles = {id(g.handle): g for g in in_flight}
+                for group in in_flight:
+                    group.closes = handles[id(group.handle)] is group
+                    with contextlib.suppress(Exception):
+                        self._finish(group, out)
         return out
 
     @staticmethod
