@@ -319,24 +319,31 @@ def test_warm_metadata_skips_missing_files(tmp_path):
 
 @pytest.mark.parametrize("confirmed", [False, True])
 def test_direct_reads_only_on_storage_confirmed_slow(fake_kvikio, files, monkeypatch, confirmed):
-    """With LINUMPY_GPU_SLOW_DIRECT_IO, a fetch on storage confirmed slow reads with kvikio's
-    direct reads on, and turns them back off once its last read is done; storage only
-    judged slow (or a probing fetch) keeps buffered reads, which the page cache serves."""
+    """A fetch of ranges (a shard's runs) on storage confirmed slow reads with kvikio's direct
+    reads on, and turns them back off once its last read is done; storage only judged slow,
+    a probing fetch and whole files keep buffered reads."""
     monkeypatch.setattr(kvikio_fetch, "SLOW_DIRECT_IO", True)
     fake = fake_kvikio()
     root, blobs = files
     source = kvikio_fetch.KvikioFileSource(root)
     source.slow_storage = True
     source.slow_confirmed = confirmed
-    got = source.fetch([ByteRequest(k) for k in blobs])
-    assert [bytes(v) for v in got] == list(blobs.values())
-    nonempty = sum(1 for b in blobs.values() if b)  # an empty file is not read
-    assert fake.direct_reads == (nonempty if confirmed else 0)
+    run = 100_000
+    shard = os.urandom(40 * run)
+    (root / "shard").write_bytes(shard)
+    runs = [ByteRequest("shard", k * run, run) for k in range(40)]
+    got = source.fetch(runs)
+    assert [bytes(v) for v in got] == [shard[k * run : (k + 1) * run] for k in range(40)]
+    assert fake.direct_reads == (len(runs) if confirmed else 0)
     assert fake.direct is False
     fake.direct_reads = 0
+    # whole chunk files stay buffered (readahead serves them better)
+    got = source.fetch([ByteRequest(k) for k in blobs])
+    assert [bytes(v) for v in got] == list(blobs.values())
+    assert fake.direct_reads == 0
     source._fetches = kvikio_fetch.REPROBE - 1  # the next fetch probes the storage again
     source.slow_confirmed = confirmed
-    source.fetch([ByteRequest(k) for k in blobs])
+    source.fetch(runs)
     assert fake.direct_reads == 0
 
 

@@ -56,11 +56,13 @@ CONFIRMED_SLOW_RATE = 3e9
 # kvikio's pool size when the user has not chosen one (KVIKIO_NTHREADS): as many reads in
 # flight as a disk wants; on the page cache extra threads cost nothing here (no GIL).
 KVIKIO_THREADS = DISK_THREADS
-# On storage confirmed slow (a whole fetch, see CONFIRM_BYTES), read with O_DIRECT: kvikio's
-# opportunistic direct reads send page-aligned middles to the device as submitted, past the
-# page cache and its readahead (H200 host, cold sharded level, run 62: fetch 1.75 s against
-# 2.08-2.45 buffered, 79-88% of the ceiling against 67-68%; LINUMPY_GPU_SLOW_DIRECT_IO=0
-# turns it off). Never while probing: on the page cache O_DIRECT would read the disk instead.
+# Ranges of larger files (a shard's runs of inner chunks) on storage confirmed slow (a whole
+# fetch, see CONFIRM_BYTES) are read with O_DIRECT: kvikio's opportunistic direct reads send
+# page-aligned middles to the device as submitted, past the page cache and its readahead.
+# H200 host, cold cache (runs 62-63): a sharded level 78-88% of the ceiling against 66-68%
+# buffered; whole chunk files the other way (planes 71% against 95%, 128^3 79% against 105%:
+# readahead serves a whole small file well), so they stay buffered. Never while probing: on
+# the page cache O_DIRECT would read the disk instead. LINUMPY_GPU_SLOW_DIRECT_IO=0: off.
 SLOW_DIRECT_IO = os.environ.get("LINUMPY_GPU_SLOW_DIRECT_IO", "1") != "0"
 
 _configured = False
@@ -178,7 +180,8 @@ class KvikioFileSource(LocalFileSource):
         done_bytes = 0
         # left after the finally below: every read is done before direct reads go off
         direct = contextlib.ExitStack()
-        if not probing and self.slow_confirmed and SLOW_DIRECT_IO:
+        ranges = all(r.length is not None for r in requests)
+        if not probing and self.slow_confirmed and ranges and SLOW_DIRECT_IO:
             direct.enter_context(_direct_reads())
         t0 = time.perf_counter()
 
