@@ -179,10 +179,12 @@ class KvikioFileSource(LocalFileSource):
         outstanding_bytes = 0
         done_bytes = 0
         # left after the finally below: every read is done before direct reads go off
-        direct = contextlib.ExitStack()
         ranges = all(r.length is not None for r in requests)
-        if not probing and self.slow_confirmed and ranges and SLOW_DIRECT_IO:
-            direct.enter_context(_direct_reads())
+        direct = (
+            _direct_reads()
+            if not probing and self.slow_confirmed and ranges and SLOW_DIRECT_IO
+            else contextlib.nullcontext()
+        )
         t0 = time.perf_counter()
 
         def collect() -> None:
