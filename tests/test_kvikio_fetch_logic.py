@@ -291,8 +291,15 @@ def test_confirmed_slow_storage_looks_up_the_files_ahead_from_many_threads(
     assert warmed == []
 
     monkeypatch.setattr(kvikio_fetch, "CONFIRMED_SLOW_RATE", float("inf"))  # storage
-    source.fetch(requests)  # the first slow whole fetch confirms it
-    assert warmed == [] and source.slow_confirmed
+    source._fetches = kvikio_fetch.REPROBE - 1  # the next fetch probes again
+    source.fetch(requests)  # the first slow whole fetch confirms it ...
+    assert source.slow_confirmed
+    # ... and, measuring slow all along, looked the files it had not opened up a window at
+    # a time, in order, to the last
+    assert warmed and all(0 < len(w) <= kvikio_fetch.LOOK_AHEAD_FILES for w in warmed)
+    ahead = [k for w in warmed for k in w]
+    assert ahead == list(blobs)[-len(ahead) :] and len(ahead) < len(blobs)
+    warmed.clear()
     source.fetch(requests)  # known slow: every file of the fetch
     assert warmed == [list(blobs)]
 
@@ -354,3 +361,27 @@ def test_direct_reads_stay_on_while_another_fetch_uses_them(fake_kvikio, monkeyp
             assert fake.direct is True
         assert fake.direct is True
     assert fake.direct is False
+
+
+def test_a_fetch_judged_slow_stops_looking_ahead_once_it_comes_in_fast(
+    fake_kvikio, files, monkeypatch
+):
+    """A probe can misjudge a busy page cache as slow: the fetch then looks up one window of
+    files ahead, and no more once the fetch as a whole measures faster than storage."""
+    fake_kvikio()
+    root, blobs = files
+    windows: list[list[str]] = []
+
+    def spy(self, keys):
+        windows.append(list(keys))
+        monkeypatch.setattr(kvikio_fetch, "CONFIRMED_SLOW_RATE", 0.0)  # now it comes in fast
+        return []
+
+    monkeypatch.setattr(LocalFileSource, "warm_metadata", spy)
+    monkeypatch.setattr(kvikio_fetch, "SLOW_THREAD_RATE", float("inf"))  # the probe says slow
+    monkeypatch.setattr(kvikio_fetch, "CONFIRMED_SLOW_RATE", float("inf"))
+    source = kvikio_fetch.KvikioFileSource(root)
+    got = source.fetch([ByteRequest(k) for k in blobs] * 4)
+    assert [bytes(v) for v in got] == list(blobs.values()) * 4
+    assert len(windows) == 1 and len(windows[0]) == kvikio_fetch.LOOK_AHEAD_FILES
+    assert source.slow_storage and not source.slow_confirmed

@@ -27,6 +27,7 @@ from ..engine.fetch import (
     LocalFileSource,
     spans_in_file,
 )
+from ..env import env_int
 
 # Files open at once (kvikio opens each twice, with and without O_DIRECT): well under the
 # usual limit of 1024 descriptors.
@@ -53,6 +54,13 @@ SLOW_BYTES_IN_FLIGHT = 128 << 20
 # 6-25 GB/s there, its disk at 1.5-2.1.
 CONFIRM_BYTES = 64 << 20
 CONFIRMED_SLOW_RATE = 3e9
+# Before that (a cold read's first fetch, its largest: up to 3/4 of the pinned ring), a
+# fetch its probe judged slow looks up this many files ahead of the ones it opens, a window
+# at a time, for as long as the whole fetch so far comes in below CONFIRMED_SLOW_RATE: a
+# misjudged page cache then pays for one window, not for every file of the fetch. Plane
+# chunks are one file per directory, so each cold open reads a directory and an inode.
+# LINUMPY_GPU_LOOK_AHEAD_FILES=0: none before the storage is confirmed slow.
+LOOK_AHEAD_FILES = env_int("LINUMPY_GPU_LOOK_AHEAD_FILES", 64)
 # kvikio's pool size when the user has not chosen one (KVIKIO_NTHREADS): as many reads in
 # flight as a disk wants; on the page cache extra threads cost nothing here (no GIL).
 KVIKIO_THREADS = DISK_THREADS
@@ -173,8 +181,10 @@ class KvikioFileSource(LocalFileSource):
         limit = (WARM_READS, None) if probing else (OPEN_FILES, SLOW_BYTES_IN_FLIGHT)
         keys = list(by_key)
         opened = 0  # files of ``keys`` opened so far
+        looked_up = 0  # files of ``keys`` handed to warm_metadata so far
         if not probing and self.slow_confirmed:
             self.warm_metadata(keys)
+            looked_up = len(keys)
         outstanding = 0
         outstanding_bytes = 0
         done_bytes = 0
@@ -191,7 +201,7 @@ class KvikioFileSource(LocalFileSource):
             # the oldest group; while probing, the first PROBE_BYTES read decide the window
             # for the rest of this fetch (a cold read's first batch is often large), and on
             # slow storage the files not yet opened are looked up from many threads
-            nonlocal outstanding, outstanding_bytes, done_bytes, probing, limit
+            nonlocal outstanding, outstanding_bytes, done_bytes, probing, limit, looked_up
             group = in_flight.popleft()
             nbytes = group.nbytes
             outstanding -= len(group.reads)
@@ -205,6 +215,18 @@ class KvikioFileSource(LocalFileSource):
                     limit = (OPEN_FILES, SLOW_BYTES_IN_FLIGHT)
                     if self.slow_confirmed:
                         self.warm_metadata(keys[opened:])
+                        looked_up = len(keys)
+            if (
+                LOOK_AHEAD_FILES > 0
+                and self.slow_storage
+                and not probing
+                and looked_up - opened < LOOK_AHEAD_FILES // 2
+                and looked_up < len(keys)
+                and done_bytes / max(time.perf_counter() - t0, 1e-9) < CONFIRMED_SLOW_RATE
+            ):
+                start = max(looked_up, opened)
+                looked_up = min(len(keys), start + LOOK_AHEAD_FILES)
+                self.warm_metadata(keys[start:looked_up])
 
         def too_many() -> bool:
             reads, nbytes = limit
