@@ -11,7 +11,8 @@ rate and lets the memory-bound batches grow. Runs 9-10 and 18 found it neutral o
 on an older engine; this times it again on the current one: for each host thread count
 and each fixed share (chunks per batch given to the host), the full read of level 0
 (warm page cache, best of ``--repeat``), its profile, and cupy's pool peak over the
-output. Every read is checked equal to the first (share 0) before it counts.
+output, and the time the batches waited for their host share (per read, averaged over the
+repeats). Every read is checked equal to the first (share 0) before it counts.
 """
 
 from __future__ import annotations
@@ -69,15 +70,28 @@ def main() -> None:
         for share in [int(s) for s in args.shares.split(",")]:
             backend = GpuBackend(host_threads=threads)
             level = lg.open_ome_zarr(args.path, device=backend)[0]
+            waited = [0.0]
             if backend._host is not None:
-                backend._host.share_of_read = lambda nbytes, n, s=share: min(n, s)
+                host = backend._host
+                host.share_of_read = lambda nbytes, n, s=share: min(n, s)
+                wait = type(host).wait
+
+                def timed_wait(units, stream, host=host, wait=wait, waited=waited):
+                    t0 = time.perf_counter()
+                    try:
+                        return wait(host, units, stream)
+                    finally:
+                        waited[0] += time.perf_counter() - t0
+
+                host.wait = timed_wait
             row = {"threads": threads, "share": share, **timed_reads(level, args.repeat, reference)}
+            row["host_wait_seconds_all_repeats"] = waited[0]
             rows.append(row)
             p = row["profile"]
             print(
                 f"| {threads} | {share} | {row['gbps']:.2f} | {row['peak_over_output']:.4f} | "
                 f"{p.get('batches', '-')} | {p.get('decode', 0):.3f} | {p.get('fetch', 0):.3f} | "
-                f"{p.get('host_chunks', 0)} |",
+                f"{p.get('host_chunks', 0)} | {waited[0] / args.repeat:.3f} |",
                 flush=True,
             )
     del reference
