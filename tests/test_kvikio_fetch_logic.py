@@ -385,3 +385,23 @@ def test_a_fetch_judged_slow_stops_looking_ahead_once_it_comes_in_fast(
     assert [bytes(v) for v in got] == list(blobs.values()) * 4
     assert len(windows) == 1 and len(windows[0]) == kvikio_fetch.LOOK_AHEAD_FILES
     assert source.slow_storage and not source.slow_confirmed
+
+
+def test_a_fetch_of_shard_runs_judged_slow_looks_nothing_up_ahead(fake_kvikio, files, monkeypatch):
+    """The look-ahead is for many small files; a fetch of ranges (a shard's runs) reads as
+    before until the storage is confirmed slow."""
+    fake_kvikio()
+    root, blobs = files
+    windows: list[list[str]] = []
+    monkeypatch.setattr(LocalFileSource, "warm_metadata", lambda self, keys: windows.append(keys))
+    monkeypatch.setattr(kvikio_fetch, "SLOW_THREAD_RATE", float("inf"))  # the probe says slow
+    monkeypatch.setattr(kvikio_fetch, "CONFIRMED_SLOW_RATE", float("inf"))
+    run = 100_000
+    shards = {f"shard{k}": os.urandom(20 * run) for k in range(8)}
+    for name, data in shards.items():
+        (root / name).write_bytes(data)
+    runs = [ByteRequest(name, i * run, run) for name in shards for i in range(20)]
+    source = kvikio_fetch.KvikioFileSource(root)
+    got = source.fetch(runs)
+    assert [bytes(v) for v in got] == [shards[r.key][r.offset : r.offset + run] for r in runs]
+    assert source.slow_storage and windows == []

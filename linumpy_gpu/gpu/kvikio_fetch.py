@@ -59,6 +59,8 @@ CONFIRMED_SLOW_RATE = 3e9
 # at a time, for as long as the whole fetch so far comes in below CONFIRMED_SLOW_RATE: a
 # misjudged page cache then pays for one window, not for every file of the fetch. Plane
 # chunks are one file per directory, so each cold open reads a directory and an inode.
+# Whole files only: a shard's runs (few files) gained nothing and measured worse with it
+# (runs 67-68: cold shards 63-66% of the ceiling against 75%).
 # LINUMPY_GPU_LOOK_AHEAD_FILES=0: none before the storage is confirmed slow.
 LOOK_AHEAD_FILES = env_int("LINUMPY_GPU_LOOK_AHEAD_FILES", 64)
 # kvikio's pool size when the user has not chosen one (KVIKIO_NTHREADS): as many reads in
@@ -218,6 +220,7 @@ class KvikioFileSource(LocalFileSource):
                         looked_up = len(keys)
             if (
                 LOOK_AHEAD_FILES > 0
+                and not ranges
                 and self.slow_storage
                 and not probing
                 and looked_up - opened < LOOK_AHEAD_FILES // 2
