@@ -199,6 +199,9 @@ class KvikioFileSource(LocalFileSource):
         )
         t0 = time.perf_counter()
 
+        def rate_so_far() -> float:
+            return done_bytes / max(time.perf_counter() - t0, 1e-9)
+
         def collect() -> None:
             # the oldest group; while probing, the first PROBE_BYTES read decide the window
             # for the rest of this fetch (a cold read's first batch is often large), and on
@@ -225,7 +228,7 @@ class KvikioFileSource(LocalFileSource):
                 and not probing
                 and looked_up - opened < LOOK_AHEAD_FILES // 2
                 and looked_up < len(keys)
-                and done_bytes / max(time.perf_counter() - t0, 1e-9) < CONFIRMED_SLOW_RATE
+                and rate_so_far() < CONFIRMED_SLOW_RATE
             ):
                 start = max(looked_up, opened)
                 looked_up = min(len(keys), start + LOOK_AHEAD_FILES)
@@ -275,8 +278,7 @@ class KvikioFileSource(LocalFileSource):
                 while in_flight:
                     collect()
                 if done_bytes >= CONFIRM_BYTES:
-                    rate = done_bytes / max(time.perf_counter() - t0, 1e-9)
-                    self.slow_confirmed = rate < CONFIRMED_SLOW_RATE
+                    self.slow_confirmed = rate_so_far() < CONFIRMED_SLOW_RATE
             finally:
                 # kvikio's threads write into buffers the caller reuses: never return before
                 # every submitted read is done, whatever failed; every file opened is closed
