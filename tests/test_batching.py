@@ -68,7 +68,7 @@ class ScribblingBackend(CpuBackend):
     def staging_batch_bytes(self):
         return 1 << 40
 
-    def acquire_staging(self):
+    def acquire_staging(self, expected_bytes=0):
         return RecordingStaging()
 
     def host_chunks(self, fmt, n_tasks):

@@ -108,3 +108,21 @@ def test_measured_pool_times_replace_the_model():
     assert decoder.host_seconds(4 * MiB, 27) > 0.050
     assert decoder.share_of_read(4 * MiB, 27) == 0
     assert decoder.host_seconds(4 * MiB, 100) == 8 * 4 * MiB / 0.45e9  # other sizes: model
+
+
+def test_times_of_batches_decoded_at_once_are_not_learned():
+    """Readers decoding at the same moment slow each other's batches down; those times
+    must not send later reads to the host threads (nor away from them)."""
+    decoder = HostDecoder(0, 8)
+    before = decoder.batch_seconds(2 * MiB, 256)
+    with decoder.decoding() as a:
+        with decoder.decoding() as b:  # a second reader's batch, while the first decodes
+            decoder.learn_gpu(2 * MiB, 256, 1.0, b)
+        decoder.learn_gpu(2 * MiB, 256, 1.0, a)  # b is done, but it overlapped a
+    assert a.overlapped and b.overlapped
+    assert decoder.batch_seconds(2 * MiB, 256) == before
+    with decoder.decoding() as alone:
+        decoder.learn_gpu(2 * MiB, 256, 0.020, alone)
+    assert not alone.overlapped
+    assert decoder.batch_seconds(2 * MiB, 256) != before
+    assert not decoder._decoding

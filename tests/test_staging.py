@@ -66,6 +66,58 @@ def test_cap_holds_and_a_batch_bigger_than_the_cap_does_not_wait(monkeypatch):
     released.join()
 
 
+def test_arenas_taken_up_front_serve_the_reads_and_come_back_unused():
+    pool = host_pool(8 * MiB, MiB)
+    batch = pool.batch(expected_bytes=3 * MiB)
+    assert len(batch._ahead) == 3 and pool.allocated == 3 * MiB
+    views = [batch.reserve(600_000) for _ in range(2)]
+    assert all(v is not None for v in views) and len(batch.arenas) == 2
+    assert pool.allocated == 3 * MiB  # nothing new: the reads used arenas taken up front
+    assert batch.reserve(3 * MiB) is not None  # too large for one of them: a new arena
+    batch.release()
+    assert pool.allocated == len(pool._free) * MiB + 2 * MiB  # the large one is 3 MiB
+    assert len(pool._free) == 4
+    assert pool.batch(expected_bytes=100 * MiB)._ahead.__len__() == 8  # at most the cap
+
+
+def test_batches_asking_up_front_take_the_ring_in_turn_and_never_spill():
+    """Several readers, each a batch that would fill most of the ring: with arenas taken up
+    front they wait in turn for whole batches' worth instead of each getting part of the
+    ring and reading the rest into ordinary memory."""
+    pool = host_pool(4 * MiB, MiB)
+    first = pool.batch(expected_bytes=3 * MiB)
+    order: list[int] = []
+    spilled = []
+
+    def reader(k: int) -> None:
+        batch = pool.batch(expected_bytes=3 * MiB)
+        order.append(k)
+        spilled.extend(batch.reserve(900_000) is None for _ in range(3))
+        assert pool.allocated <= pool.cap
+        batch.release()
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(3)]
+    for k, t in enumerate(threads):
+        t.start()
+        while len(pool._queue) <= k:  # each in the queue before the next starts
+            threading.Event().wait(0.001)
+    assert order == []  # one arena is free, not three: all of them wait
+    first.release()
+    for t in threads:
+        t.join()
+    assert order == [0, 1, 2] and not any(spilled)
+    assert pool.allocated <= pool.cap and not pool._queue
+
+
+def test_a_batch_waiting_up_front_gives_up_after_its_wait():
+    pool = host_pool(2 * MiB, MiB)
+    holder = pool.batch(expected_bytes=2 * MiB)
+    assert pool.acquire_many(2, wait=0.0) == []
+    assert not pool._queue
+    holder.release()
+    assert len(pool.acquire_many(2, wait=0.0)) == 2
+
+
 def test_fetch_into_staging_reads_every_file_and_shard_range(tmp_path):
     rng = np.random.default_rng(0)
     blobs = {
@@ -104,12 +156,14 @@ class StagedCpuBackend(CpuBackend):
         self.unaligned = unaligned
         self.staged = 0
         self.decoded = 0
+        self.expected: list[int] = []
 
     def stages_unaligned(self, fmt):
         return self.unaligned
 
-    def acquire_staging(self):
-        return self.ring.batch()
+    def acquire_staging(self, expected_bytes=0):
+        self.expected.append(expected_bytes)
+        return self.ring.batch(expected_bytes)
 
     def release_staging(self, staging):
         if staging is not None:
@@ -142,6 +196,7 @@ def test_shard_runs_are_read_whole_into_staging(tmp_path, variant, unaligned):
     region = (slice(3, 25), slice(7, 40), slice(None, None, 2))
     np.testing.assert_array_equal(reader.read(region), expected[region])
     assert backend.staged == backend.decoded > 0  # every chunk decoded from staging
+    assert backend.expected and all(e > 0 for e in backend.expected)  # arenas up front
     if unaligned:  # adjacent inner chunks of a shard: one read per run
         assert len(requests) < backend.decoded / 2
     else:

@@ -107,9 +107,10 @@ class Backend:
         aligned slot)."""
         return True
 
-    def acquire_staging(self) -> Any:
+    def acquire_staging(self, expected_bytes: int = 0) -> Any:
         """A staging area the fetch stage reads one batch into (its ``reserve`` allocates),
-        or None for ordinary memory."""
+        or None for ordinary memory; ``expected_bytes``: about how many bytes the batch will
+        read (0: unknown)."""
         return None
 
     def release_staging(self, staging: Any) -> None:

@@ -266,8 +266,7 @@ class ChunkedArrayReader:
             host = self.backend.host_chunks(fmt, len(tasks)) if fmt is not None else 0
             if staging is None:
                 return by_decoded
-            stored = per_chunk * self._stored_fraction * 1.1 + 512
-            return max(1, min(by_decoded + host, int(staging // stored)))
+            return max(1, min(by_decoded + host, int(staging // self._stored_per_chunk())))
 
         def scratch_pieces(n: int, n_direct: int) -> tuple[int, ...]:
             return self.backend.scratch_pieces(
@@ -320,6 +319,15 @@ class ChunkedArrayReader:
             self._stored_total += sum(sizes)
             self._decoded_total += decoded
 
+    def _stored_per_chunk(self) -> float:
+        """Stored bytes a chunk is expected to take in staging: what reads taught, with a
+        margin for chunks that compress less and for each read's aligned start."""
+        fmt = self.layout.chunk
+        return (fmt.nbytes if fmt else 1) * self._stored_fraction * 1.1 + 512
+
+    def _expected_stored_bytes(self, n_chunks: int) -> int:
+        return int(max(0, n_chunks) * self._stored_per_chunk())
+
     @staticmethod
     def _clamped(fraction: float) -> float:
         return min(1.05, max(0.01, fraction))
@@ -327,10 +335,10 @@ class ChunkedArrayReader:
     def _fetch_staged(self, tasks: ChunkPlan, host: int = 0) -> _Fetched:
         """Fetch a batch; its last ``host`` chunks (decoded on host cores) are staged apart,
         since the device's share goes back to the ring as soon as it is uploaded."""
-        staging = self.backend.acquire_staging()
+        split = len(tasks) - host
+        staging = self.backend.acquire_staging(self._expected_stored_bytes(split))
         host_staging = self.backend.acquire_staging() if host else None
         try:
-            split = len(tasks) - host
             keys, data = self._fetch_into(tasks[:split], getattr(staging, "reserve", None))
             if host:
                 host_keys, host_data = self._fetch_into(

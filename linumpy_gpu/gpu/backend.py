@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -279,8 +280,8 @@ class GpuBackend(Backend):
                     ),
                 )
 
-    def acquire_staging(self):
-        return staging_pool().batch()
+    def acquire_staging(self, expected_bytes: int = 0):
+        return staging_pool().batch(expected_bytes)
 
     def release_staging(self, staging) -> None:
         if staging is not None:
@@ -389,29 +390,35 @@ class GpuBackend(Backend):
         # cores while nvCOMP decodes the others
         host = placement.host if placement is not None and self._host is not None else 0
         split = int(np.searchsorted(np.asarray(positions, dtype=np.int64), len(chunks) - host))
-        on_host = self._submit_host(frames[split:], fmt.nbytes, targets[split:], workspace, staging)
-        batch = None
-        try:
-            if split:
-                t0 = time.perf_counter()
-                own = None
-                if placement is not None and placement.own is not None:
-                    start, stop = placement.own
-                    own = (placement.buffer.data.ptr + start, stop - start, placement.buffer)
-                batch = codec_for_current_device().decode_host(
-                    frames[:split],
-                    fmt.nbytes,
-                    staging,
-                    targets[:split],
-                    workspace,
-                    own,
+        decoding = self._host.decoding() if self._host is not None else contextlib.nullcontext()
+        with decoding as turn:
+            on_host = self._submit_host(
+                frames[split:], fmt.nbytes, targets[split:], workspace, staging
+            )
+            batch = None
+            try:
+                if split:
+                    t0 = time.perf_counter()
+                    own = None
+                    if placement is not None and placement.own is not None:
+                        start, stop = placement.own
+                        own = (placement.buffer.data.ptr + start, stop - start, placement.buffer)
+                    batch = codec_for_current_device().decode_host(
+                        frames[:split],
+                        fmt.nbytes,
+                        staging,
+                        targets[:split],
+                        workspace,
+                        own,
+                    )
+                    if self._host is not None:
+                        self._host.learn_gpu(fmt.nbytes, split, time.perf_counter() - t0, turn)
+                elif staging is not None:
+                    staging.release()
+            finally:  # the workers write into this batch's memory: never leave them running
+                failures = (
+                    {} if on_host is None else self._host.wait(on_host[1], self._stream(), turn)
                 )
-                if self._host is not None:
-                    self._host.learn_gpu(fmt.nbytes, split, time.perf_counter() - t0)
-            elif staging is not None:
-                staging.release()
-        finally:  # the workers write into this batch's memory: never leave them running
-            failures = {} if on_host is None else self._host.wait(on_host[1], self._stream())
         placed = (targets != 0).tolist()
         if split:
             ptrs = batch.ptrs.tolist()

@@ -19,8 +19,9 @@ import math
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,17 @@ class HostUnits:
     failures: dict[int, str] = field(default_factory=dict)
 
 
+class DecodeTurn:
+    """One batch's decode; ``overlapped`` once another batch decoded on this device at the
+    same time (its times then say more about the other reader than about nvCOMP or the
+    pool, and are not learned)."""
+
+    __slots__ = ("overlapped",)
+
+    def __init__(self) -> None:
+        self.overlapped = False
+
+
 class _WorkerState(threading.local):
     stream: Any = None
     buffers: list[Any] | None = None
@@ -84,6 +96,25 @@ class HostDecoder:
         # that many chunks, submission to last copy queued; measured
         self.gpu_seconds: dict[tuple[int, int], float] = {}
         self.pool_seconds: dict[tuple[int, int], float] = {}
+        self._decoding: set[DecodeTurn] = set()
+
+    @contextmanager
+    def decoding(self) -> Iterator[DecodeTurn]:
+        """Marks a batch's decode; times measured within it are learned only if no other
+        batch decoded meanwhile (8 threads reading tiles at once made nvCOMP batches look
+        ten times slower and sent the tiles to the host threads, run 71)."""
+        turn = DecodeTurn()
+        with self._lock:
+            if self._decoding:
+                turn.overlapped = True
+                for other in self._decoding:
+                    other.overlapped = True
+            self._decoding.add(turn)
+        try:
+            yield turn
+        finally:
+            with self._lock:
+                self._decoding.discard(turn)
 
     def host_seconds(self, nbytes: int, n_chunks: int) -> float:
         """How long the pool takes for ``n_chunks`` chunks of ``nbytes``: measured for about
@@ -131,8 +162,13 @@ class HostDecoder:
         faster = self.host_seconds(nbytes, n_chunks) < self.batch_seconds(nbytes, n_chunks)
         return n_chunks if faster else 0
 
-    def learn_gpu(self, nbytes: int, n_chunks: int, seconds: float) -> None:
-        """Record how long an nvCOMP batch of ``n_chunks`` chunks of ``nbytes`` took."""
+    def learn_gpu(
+        self, nbytes: int, n_chunks: int, seconds: float, turn: DecodeTurn | None = None
+    ) -> None:
+        """Record how long an nvCOMP batch of ``n_chunks`` chunks of ``nbytes`` took
+        (unless ``turn`` overlapped another batch's decode)."""
+        if turn is not None and turn.overlapped:
+            return
         key = (nbytes, _bucket(n_chunks))
         old = self.batch_seconds(nbytes, n_chunks)
         with self._lock:
@@ -155,9 +191,10 @@ class HostDecoder:
         ]
         return HostUnits(futures, firsts, len(frames), nbytes, started)
 
-    def wait(self, units: HostUnits, stream: Any) -> dict[int, str]:
+    def wait(self, units: HostUnits, stream: Any, turn: DecodeTurn | None = None) -> dict[int, str]:
         """Wait for the units; ``stream`` waits (on the GPU) for their copies. Returns the
-        failed chunks' reasons by index."""
+        failed chunks' reasons by index. Their times are learned unless ``turn`` overlapped
+        another batch's decode."""
         decoded, busy = 0, 0.0
         for first, future in zip(units.first, units.futures, strict=True):
             failures, event, seconds, nbytes = future.result()
@@ -166,6 +203,8 @@ class HostDecoder:
             busy += seconds
             for j, reason in failures.items():
                 units.failures[first + j] = reason
+        if turn is not None and turn.overlapped:
+            return units.failures
         old = self.host_seconds(units.nbytes, units.count)
         with self._lock:
             if busy > 0 and decoded >= 4 * UNIT_BYTES:
