@@ -76,6 +76,12 @@ def main() -> None:
 
     import linumpy_gpu as lg
     from linumpy_gpu.gpu.backend import GpuBackend
+    from linumpy_gpu.gpu.staging import staging_pool
+
+    try:
+        from linumpy_gpu.gpu.side_pinned import side_pinned_budget
+    except ImportError:  # releases before the side buffers had a budget
+        side_pinned_budget = None
 
     print(f"linumpy_gpu from {lg.__file__}", flush=True)
     level0 = lg.open_ome_zarr_gpu(args.path)[0]
@@ -116,6 +122,10 @@ def main() -> None:
                     "read_seconds_median": statistics.median(seconds),
                     "read_seconds_max": max(seconds),
                     "host_chunks": sent[0],
+                    "pinned_ring_bytes": staging_pool().allocated,
+                    "side_pinned_peak_bytes": side_pinned_budget().peak
+                    if side_pinned_budget
+                    else None,
                 }
                 if host is not None:
                     row["learned_nvcomp_batch_seconds"] = {

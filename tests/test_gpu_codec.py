@@ -389,3 +389,31 @@ def test_gds_store_reads_ranges_and_writes(tmp_path, cp):
     with lg.gpu_zarr_context():
         arr = zarr.open_array(GDSStore(tmp_path / "a.zarr", read_only=True), mode="r")
         np.testing.assert_array_equal(arr[...].get(), expected)
+
+
+@pytest.mark.parametrize("exact", ["0", "1"])
+def test_codec_paths_work_from_ordinary_memory_past_the_side_pinned_budget(cp, monkeypatch, exact):
+    """Once the side buffers' pinned budget is spent, frames are packed in ordinary memory:
+    checked and sized from their device copy instead, decoded, encoded and uploaded the
+    same, damage still caught."""
+    from linumpy_gpu.gpu.side_pinned import side_pinned_budget
+    from linumpy_gpu.gpu.zstd_batch import ZstdBatchCodec
+
+    monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", exact)
+    monkeypatch.setattr(side_pinned_budget(), "budget", 0)
+    codec = ZstdBatchCodec()
+    raws = [volume(shape=(16, 64, 64), seed=i).tobytes() for i in range(6)]
+    frames = [numcodecs.Zstd(level=3, checksum=True).encode(r) for r in raws]
+    broken = bytearray(frames[2])
+    broken[-1] ^= 0xFF
+    frames[2] = bytes(broken)
+    batch = codec.decode_host(frames, len(raws[0]))
+    assert not codec.packing.is_pinned and codec.packing.capacity == 0
+    assert set(batch.failures) == {2} and "checksum" in batch.failures[2]
+    assert all(batch.slot(i).get().tobytes() == raws[i] for i in (0, 1, 3, 4, 5))
+    raw = codec.upload_raw([r for r in raws[:3]], len(raws[0]))
+    assert not raw.failures and raw.slot(1).get().tobytes() == raws[1]
+    chunks = cp.asarray(np.frombuffer(b"".join(raws[:2]), np.uint8))
+    encoded = codec.encode(chunks, len(raws[0]), 2, len(raws[0]), False)
+    assert [numcodecs.Zstd().decode(f) for f in encoded] == raws[:2]
+    assert codec.packing.capacity == 0

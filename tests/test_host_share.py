@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from linumpy_gpu.gpu.host_decode import HostDecoder
 
@@ -126,3 +127,57 @@ def test_times_of_batches_decoded_at_once_are_not_learned():
     assert not alone.overlapped
     assert decoder.batch_seconds(2 * MiB, 256) != before
     assert not decoder._decoding
+
+
+def _finished_units(decoder: HostDecoder, count: int, took: float, fresh: bool):
+    """HostUnits as if ``count`` one-chunk units of 4 MiB had taken ``took`` seconds."""
+    import time
+    from concurrent.futures import Future
+
+    units = decoder.submit([], 4 * MiB, np.zeros(0, np.uint64), None)
+    units.count, units.started = count, time.perf_counter() - took
+    units.nbytes = 4 * MiB
+    for i in range(count):
+        future: Future = Future()
+        future.set_result(({}, _NoEvent(), 0.009, 4 * MiB, fresh and i == 0))
+        units.futures.append(future)
+        units.first.append(i)
+    return units
+
+
+class _NoEvent:
+    pass
+
+
+class _Stream:
+    def wait_event(self, event) -> None:
+        pass
+
+
+def test_a_read_in_which_a_worker_set_itself_up_is_not_timed():
+    """A worker's first unit creates its stream and pinned buffers; a read that slow must
+    not teach the decoder that the pool is slower than nvCOMP (run 73)."""
+    decoder = HostDecoder(0, 14)
+    decoder.thread_rate = 0.45e9
+    key = (4 * MiB, (27).bit_length())
+    decoder.wait(_finished_units(decoder, 27, 0.200, fresh=True), _Stream())
+    assert key not in decoder.pool_seconds  # the decode rate itself is still learned
+    assert decoder.thread_rate == pytest.approx(0.45e9 + 0.3 * (4 * MiB / 0.009 - 0.45e9))
+    decoder.wait(_finished_units(decoder, 27, 0.025, fresh=False), _Stream())
+    assert 0.018 < decoder.pool_seconds[key] < 0.025
+
+
+def test_a_read_size_the_pool_lost_on_is_timed_again_now_and_then():
+    from linumpy_gpu.gpu.host_decode import RETIME_EVERY
+
+    decoder = HostDecoder(0, 14)
+    decoder.thread_rate = 0.45e9
+    key = (4 * MiB, (27).bit_length())
+    decoder.gpu_seconds[key] = 0.036
+    decoder.pool_seconds[key] = 0.040  # one slow early read: the pool lost
+    choices = [decoder.share_of_read(4 * MiB, 27) for _ in range(2 * RETIME_EVERY)]
+    assert choices.count(27) == 2 and choices[RETIME_EVERY - 1] == 27
+    decoder.wait(_finished_units(decoder, 27, 0.022, fresh=False), _Stream())  # re-timed
+    assert decoder.share_of_read(4 * MiB, 27) == 27  # 35.4 ms against 36: the pool again
+    decoder.pool_seconds[key] = 0.080  # more than 1.5x nvCOMP's: not worth a try
+    assert all(decoder.share_of_read(4 * MiB, 27) == 0 for _ in range(3 * RETIME_EVERY))

@@ -23,6 +23,7 @@ from .host_decode import DEFAULT_THREADS, host_decoder
 from .kernels import kernel
 from .kvikio_fetch import KvikioFileSource, kvikio_available
 from .nvcomp_lib import zstd_api
+from .side_pinned import GrowingHostBuffer
 from .staging import staging_pool
 from .zstd_batch import (
     SLOT_ALIGN,
@@ -468,18 +469,19 @@ class GpuBackend(Backend):
         return DecodedBatch(dests, nbytes, owners=owners), units
 
     def _upload_all(self, decoded: list[Any]) -> list[Any]:
-        """Copy CPU-decoded chunks to the GPU in one transfer through pinned memory."""
+        """Copy CPU-decoded chunks to the GPU in one transfer (through pinned memory where
+        the side budget allows)."""
         good = [d for d in decoded if isinstance(d, np.ndarray)]
         if not good:
             return decoded
         stride = round_up(max(d.size for d in good), SLOT_ALIGN)
-        staging = _pinned(stride * len(good))
+        staging = _upload_buffer(stride * len(good))
         for k, d in enumerate(good):
             staging[k * stride : k * stride + d.size] = d
         dev = self.xp.empty(stride * len(good), dtype=np.uint8)
         stream = self.xp.cuda.get_current_stream()
         dev.data.copy_from_host_async(ctypes.c_void_p(staging.ctypes.data), dev.nbytes, stream)
-        stream.synchronize()  # the pinned buffer is reused by the next batch
+        stream.synchronize()  # the buffer is reused by the next batch
         out, k = [], 0
         for d in decoded:
             if isinstance(d, np.ndarray):
@@ -513,13 +515,9 @@ def _c_strides(shape: list[int]) -> list[int]:
     return strides[::-1]
 
 
-def _pinned(nbytes: int) -> np.ndarray:
-    import cupy
-
-    view = getattr(_local, "pinned", None)
-    if view is None or view.size < nbytes:
-        size = max(nbytes, 1 << 20)
-        mem = cupy.cuda.alloc_pinned_memory(size)
-        _local.pinned_mem = mem
-        view = _local.pinned = np.frombuffer(mem, dtype=np.uint8, count=size)
-    return view[:nbytes]
+def _upload_buffer(nbytes: int) -> np.ndarray:
+    """This thread's buffer for CPU-decoded chunks on their way to the device."""
+    buffer = getattr(_local, "upload", None)
+    if buffer is None:
+        buffer = _local.upload = GrowingHostBuffer()
+    return buffer.get(nbytes)[:nbytes]

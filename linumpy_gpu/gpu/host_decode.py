@@ -8,9 +8,10 @@ entirely. Larger reads stay on nvCOMP: giving host threads part of every batch w
 measured neutral to harmful there (the host cores also serve the reads that feed the GPU;
 docs/performance.md), though the engine supports such splits (``Placement.host``).
 
-Each worker thread decodes a unit of chunks into one of its two pinned buffers, copies the
-unit to the device on its own stream (after the read's previous GPU work, via an event),
-and records an event the caller's stream waits on before placing the chunks.
+Each worker thread decodes a unit of chunks into one of its two host buffers (pinned within
+the side budget of :mod:`.side_pinned`), copies the unit to the device on its own stream
+(after the read's previous GPU work, via an event), and records an event the caller's
+stream waits on before placing the chunks.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import numpy as np
 
 from ..engine.codecs import zstd_decode_into
 from ..env import env_int
+from .side_pinned import GrowingHostBuffer
 
 # Host cores left to the fetch threads and the Python thread driving the GPU.
 DEFAULT_THREADS = env_int("LINUMPY_GPU_HOST_THREADS", max(0, (os.cpu_count() or 2) - 2))
@@ -44,6 +46,12 @@ INITIAL_THREAD_RATE = 0.45e9
 # tile pipeline's workers) must not send a whole level to the host (run 25: a cold plane
 # level decoded on host threads, 0.54 s against 0.29 on nvCOMP).
 MAX_HOST_READ_SECONDS = 0.1
+# A read size the pool lost on is sent to the pool again every RETIME_EVERY reads while its
+# measured time is within RETIME_WITHIN of nvCOMP's: one slow early measurement (a worker
+# setting up, the machine busy) must not keep such reads on nvCOMP for good (128^3 tiles
+# read one by one: 0.78-0.80 GB/s locked on nvCOMP against 1.14-1.37, run 73).
+RETIME_EVERY = 16
+RETIME_WITHIN = 1.5
 _SMOOTHING = 0.3
 
 
@@ -72,7 +80,7 @@ class DecodeTurn:
 
 class _WorkerState(threading.local):
     stream: Any = None
-    buffers: list[Any] | None = None
+    buffers: list[GrowingHostBuffer] | None = None
     events: list[Any] | None = None
     turn = 0
 
@@ -97,6 +105,7 @@ class HostDecoder:
         self.gpu_seconds: dict[tuple[int, int], float] = {}
         self.pool_seconds: dict[tuple[int, int], float] = {}
         self._decoding: set[DecodeTurn] = set()
+        self._lost: dict[tuple[int, int], int] = {}  # reads the pool lost since last timed
 
     @contextmanager
     def decoding(self) -> Iterator[DecodeTurn]:
@@ -159,8 +168,18 @@ class HostDecoder:
             return 0
         if self._modelled_seconds(nbytes, n_chunks) > MAX_HOST_READ_SECONDS:
             return 0
-        faster = self.host_seconds(nbytes, n_chunks) < self.batch_seconds(nbytes, n_chunks)
-        return n_chunks if faster else 0
+        host, gpu = self.host_seconds(nbytes, n_chunks), self.batch_seconds(nbytes, n_chunks)
+        if host < gpu:
+            return n_chunks
+        key = (nbytes, _bucket(n_chunks))
+        with self._lock:
+            if key not in self.pool_seconds or host > RETIME_WITHIN * gpu:
+                return 0
+            self._lost[key] = self._lost.get(key, 0) + 1
+            if self._lost[key] < RETIME_EVERY:
+                return 0
+            self._lost[key] = 0
+        return n_chunks  # timed again
 
     def learn_gpu(
         self, nbytes: int, n_chunks: int, seconds: float, turn: DecodeTurn | None = None
@@ -194,13 +213,15 @@ class HostDecoder:
     def wait(self, units: HostUnits, stream: Any, turn: DecodeTurn | None = None) -> dict[int, str]:
         """Wait for the units; ``stream`` waits (on the GPU) for their copies. Returns the
         failed chunks' reasons by index. Their times are learned unless ``turn`` overlapped
-        another batch's decode."""
-        decoded, busy = 0, 0.0
+        another batch's decode; the pool's wall time also not when a worker set itself up
+        for a unit (its stream and pinned buffers: not what later reads pay)."""
+        decoded, busy, setting_up = 0, 0.0, False
         for first, future in zip(units.first, units.futures, strict=True):
-            failures, event, seconds, nbytes = future.result()
+            failures, event, seconds, nbytes, fresh = future.result()
             stream.wait_event(event)
             decoded += nbytes
             busy += seconds
+            setting_up |= fresh
             for j, reason in failures.items():
                 units.failures[first + j] = reason
         if turn is not None and turn.overlapped:
@@ -209,7 +230,7 @@ class HostDecoder:
         with self._lock:
             if busy > 0 and decoded >= 4 * UNIT_BYTES:
                 self.thread_rate += _SMOOTHING * (decoded / busy - self.thread_rate)
-            if units.nbytes:
+            if units.nbytes and not setting_up:
                 elapsed = time.perf_counter() - units.started
                 key = (units.nbytes, _bucket(units.count))
                 self.pool_seconds[key] = old + _SMOOTHING * (elapsed - old)
@@ -219,23 +240,24 @@ class HostDecoder:
 
     def _unit(
         self, frames: Sequence[Any], nbytes: int, stride: int, dests: np.ndarray, after: Any
-    ) -> tuple[dict[int, str], Any, float, int]:
+    ) -> tuple[dict[int, str], Any, float, int, bool]:
         import cupy
 
         st = self._state
+        fresh = False
         with cupy.cuda.Device(self.device_id):
             if st.stream is None:
                 st.stream = cupy.cuda.Stream(non_blocking=True)
-                st.buffers, st.events = [None, None], [None, None]
+                st.buffers, st.events = [GrowingHostBuffer(), GrowingHostBuffer()], [None, None]
+                fresh = True
             turn = st.turn
             st.turn ^= 1
             if st.events[turn] is not None:
                 st.events[turn].synchronize()  # its last copy to the device is done
-            need = len(frames) * stride
-            if st.buffers[turn] is None or st.buffers[turn][1].size < need:
-                memory = cupy.cuda.alloc_pinned_memory(max(need, UNIT_BYTES))
-                st.buffers[turn] = (memory, np.frombuffer(memory, np.uint8, max(need, UNIT_BYTES)))
-            host = st.buffers[turn][1]
+            buffer = st.buffers[turn]
+            held = buffer.capacity
+            host = buffer.get(max(len(frames) * stride, UNIT_BYTES))
+            fresh |= buffer.capacity != held
             t0 = time.perf_counter()
             failures: dict[int, str] = {}
             for j, frame in enumerate(frames):
@@ -256,7 +278,7 @@ class HostDecoder:
             event = cupy.cuda.Event(disable_timing=True)
             event.record(st.stream)
             st.events[turn] = event
-        return failures, event, seconds, len(frames) * nbytes
+        return failures, event, seconds, len(frames) * nbytes, fresh
 
 
 def _chunks_per_unit(n_chunks: int, nbytes: int, threads: int) -> int:

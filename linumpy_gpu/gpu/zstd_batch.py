@@ -30,6 +30,7 @@ import numpy as np
 from ..engine.batching import SLOT_ALIGN, best_fit
 from .kernels import FRAME_STATUS, kernel
 from .nvcomp_lib import exact_workspace_requested, zstd_api
+from .side_pinned import GrowingHostBuffer
 
 _BLOCK = 128
 # Batches are planned with the largest share of nvCOMP's size-based workspace estimate that
@@ -166,20 +167,10 @@ class ZstdBatchCodec:
         self.api = zstd_api()
         self.device_id = cupy.cuda.Device().id
         self.stream = cupy.cuda.Stream(non_blocking=True)
-        self._pinned: Any = None
-        self._pinned_view: np.ndarray | None = None
+        # bytes packed here: frames outside the staging ring, encoded chunks coming back
+        self.packing = GrowingHostBuffer()
 
     # -- staging ------------------------------------------------------------------------
-
-    def pinned(self, nbytes: int) -> np.ndarray:
-        """A reusable pinned host buffer of at least ``nbytes`` (grows by doubling)."""
-        if self._pinned_view is None or self._pinned_view.size < nbytes:
-            size = max(
-                nbytes, 2 * (0 if self._pinned_view is None else self._pinned_view.size), 1 << 20
-            )
-            self._pinned = self.cupy.cuda.alloc_pinned_memory(size)
-            self._pinned_view = np.frombuffer(self._pinned, dtype=np.uint8, count=size)
-        return self._pinned_view
 
     def _upload(self, host: np.ndarray) -> Any:
         with self.stream:
@@ -266,11 +257,16 @@ class ZstdBatchCodec:
             if len(frames) > 1:
                 np.cumsum(padded[:-1], out=offsets[1:])
             total = int(offsets[-1] + sizes[-1]) if len(frames) else 0
-            host = self.pinned(max(total, 1))
+            host = self.packing.get(total)
             for f, off, size in zip(frames, offsets, sizes, strict=True):
                 host[int(off) : int(off) + int(size)] = np.frombuffer(f, dtype=np.uint8)
-            host_ptrs = np.uint64(host.ctypes.data) + offsets
-        checked = self.check_staged(host_ptrs, sizes, nbytes) if sizing and frames else None
+            # the device reads pinned memory in place; ordinary memory only once copied
+            host_ptrs = np.uint64(host.ctypes.data) + offsets if self.packing.is_pinned else None
+        checked = (
+            self.check_staged(host_ptrs, sizes, nbytes)
+            if sizing and frames and host_ptrs is not None
+            else None
+        )
         if where is not None:
             # when the frames are sized, the arenas stay ours until then (read there: a
             # batch too large for its workspace is sized again in parts)
@@ -284,6 +280,8 @@ class ZstdBatchCodec:
             comp.data.copy_from_host_async(
                 ctypes.c_void_p(host.ctypes.data), max(total, 1), self.stream
             )
+            if host_ptrs is None:  # sized from the copy instead (nvCOMP reads either)
+                host_ptrs = np.uint64(comp.data.ptr) + offsets
             release = staging.release if staging is not None else None
         return self._decode_staged(
             comp,
@@ -307,7 +305,7 @@ class ZstdBatchCodec:
             dev, starts = staging.upload(lambda n: Workspace().take(n, self.stream), self.stream)
             offsets = np.asarray(starts, dtype=np.int64)[where[0]] + where[1]
         else:
-            host = self.pinned(max(1, sum(sizes)))
+            host = self.packing.get(sum(sizes))
             offsets, pos = [], 0
             for f, size in zip(frames, sizes, strict=True):
                 host[pos : pos + size] = np.frombuffer(f, dtype=np.uint8)
@@ -615,7 +613,7 @@ class ZstdBatchCodec:
                 size = int(size)
                 packed[pos : pos + size] = comp[i * max_out : i * max_out + size]
                 pos += size
-        host = self.pinned(max(total, 1))[: max(total, 1)]
+        host = self.packing.get(total)[: max(total, 1)]
         packed.data.copy_to_host_async(ctypes.c_void_p(host.ctypes.data), total, self.stream)
         self.stream.synchronize()
         frames = []
