@@ -240,7 +240,11 @@ def run_case(name: str, spec: dict, args: argparse.Namespace) -> list[dict]:
 
     import linumpy_gpu as lg
     from linumpy_gpu.gpu.backend import GpuBackend
-    from linumpy_gpu.gpu.side_pinned import side_pinned_budget
+
+    try:
+        from linumpy_gpu.gpu.side_pinned import side_pinned_budget
+    except ImportError:  # a release before the side budget (old-against-new runs)
+        side_pinned_budget = None
     from linumpy_gpu.gpu.staging import staging_pool
 
     path = os.path.join(args.dir, f"{name}.ome.zarr")
@@ -312,9 +316,10 @@ def run_case(name: str, spec: dict, args: argparse.Namespace) -> list[dict]:
                     },
                 }
             row["pinned_cap_bytes"] = staging_pool().cap
-            side = side_pinned_budget()
-            row["side_pinned_peak_bytes"] = side.peak  # beside the ring, whole run so far
-            row["side_pinned_budget_bytes"] = side.budget
+            if side_pinned_budget is not None:
+                side = side_pinned_budget()
+                row["side_pinned_peak_bytes"] = side.peak  # beside the ring, whole run so far
+                row["side_pinned_budget_bytes"] = side.budget
         rows.append(row)
         print(f"  {reader_name}: {row['gbps']:.2f} GB/s", flush=True)
     cupy.get_default_memory_pool().free_all_blocks()
