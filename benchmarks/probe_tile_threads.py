@@ -34,7 +34,11 @@ def regions(shape: tuple[int, ...], n: int, size: int, seed: int) -> list[tuple[
     ]
 
 
-def read_all(level: Any, tiles: list, workers: int, own_stream: bool) -> tuple[float, list, list]:
+def read_all(
+    level: Any, tiles: list, workers: int, own_stream: bool, profiles: list | None = None
+) -> tuple[float, list, list]:
+    """Reads ``tiles`` from ``workers`` threads; with one worker, each timed read's profile
+    (``last_profile``: fetch, decode, place, host chunks) goes to ``profiles``."""
     import cupy
 
     local = threading.local()
@@ -53,14 +57,39 @@ def read_all(level: Any, tiles: list, workers: int, own_stream: bool) -> tuple[f
             cupy.cuda.get_current_stream().synchronize()
         return out, time.perf_counter() - t0
 
+    def read_profiled(region):
+        out = read(region)
+        profiles.append(dict(level._reader.last_profile, seconds=out[1]))
+        return out
+
+    timed = read_profiled if profiles is not None and workers == 1 else read
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(read, tiles[:workers]))  # each thread's decoder and stream set up
         cupy.cuda.Device().synchronize()
         t0 = time.perf_counter()
-        results = list(pool.map(read, tiles))
+        results = list(pool.map(timed, tiles))
         cupy.cuda.Device().synchronize()
         total = time.perf_counter() - t0
     return total, [r[0] for r in results], [r[1] for r in results]
+
+
+STAGES = ("seconds", "total", "plan", "fetch", "wait_fetch", "decode", "place")
+
+
+def stages_by_decoder(profiles: list[dict]) -> dict[str, dict[str, float]]:
+    """Median seconds of each stage, for the reads decoded on host threads and for those
+    nvCOMP decoded (with their count and chunks per read)."""
+    groups: dict[str, list[dict]] = {}
+    for p in profiles:
+        groups.setdefault("host" if p.get("host_chunks") else "nvcomp", []).append(p)
+    return {
+        side: {
+            "reads": len(group),
+            "chunks": statistics.median(p.get("chunks", 0) for p in group),
+            **{k: statistics.median(p.get(k, 0.0) for p in group) for k in STAGES},
+        }
+        for side, group in groups.items()
+    }
 
 
 def main() -> None:
@@ -108,7 +137,8 @@ def main() -> None:
         for own_stream in (False, True):
             for workers in [int(w) for w in args.workers.split(",")]:
                 sent[0] = 0
-                total, outs, seconds = read_all(level, tiles, workers, own_stream)
+                profiles: list[dict] = []
+                total, outs, seconds = read_all(level, tiles, workers, own_stream, profiles)
                 for out, ref in zip(outs, reference, strict=True):
                     if not np.array_equal(out.get(), ref):
                         raise SystemExit("a tile read from threads differs from the reference")
@@ -127,6 +157,9 @@ def main() -> None:
                     if side_pinned_budget
                     else None,
                 }
+                if profiles:
+                    row["reads"] = profiles
+                    row["stages_by_decoder"] = stages_by_decoder(profiles)
                 if host is not None:
                     row["learned_nvcomp_batch_seconds"] = {
                         f"{size} B x bucket {bucket}": s
@@ -143,6 +176,10 @@ def main() -> None:
                     f"{row['read_seconds_max']:.3f} | {row['host_chunks']} |",
                     flush=True,
                 )
+    for row in rows:
+        for side, stages in row.get("stages_by_decoder", {}).items():
+            cells = ", ".join(f"{k} {v:.4f}" for k, v in stages.items())
+            print(f"{row['host_threads']} {'own' if row['own_stream'] else 'null'} {side}: {cells}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"path": args.path, "rows": rows}, f, indent=1)

@@ -181,3 +181,27 @@ def test_a_read_size_the_pool_lost_on_is_timed_again_now_and_then():
     assert decoder.share_of_read(4 * MiB, 27) == 27  # 35.4 ms against 36: the pool again
     decoder.pool_seconds[key] = 0.080  # more than 1.5x nvCOMP's: not worth a try
     assert all(decoder.share_of_read(4 * MiB, 27) == 0 for _ in range(3 * RETIME_EVERY))
+
+
+def test_a_read_size_nvcomp_lost_on_is_timed_again_now_and_then():
+    """The other way round (run 77): an nvCOMP time learned from early, slow batches
+    (16.8 ms for 125 chunks of 512 KiB, where later batches took 13) must not keep such
+    reads on the pool (15 ms) for good."""
+    from linumpy_gpu.gpu.host_decode import RETIME_EVERY
+
+    decoder = HostDecoder(0, 14)
+    decoder.thread_rate = 0.45e9
+    size, n = 512 * 1024, 125
+    key = (size, n.bit_length())
+    decoder.gpu_seconds[key] = 0.0168
+    decoder.pool_seconds[key] = 0.0150
+    choices = [decoder.share_of_read(size, n) for _ in range(2 * RETIME_EVERY)]
+    assert choices.count(0) == 2 and choices[RETIME_EVERY - 1] == 0
+    for _ in range(3):  # nvCOMP re-timed at 13 ms
+        decoder.learn_gpu(size, n, 0.013)
+    assert decoder.share_of_read(size, n) == 0  # nvCOMP's now
+    # and the pool, now the loser, gets its turn in the same rhythm
+    choices = [decoder.share_of_read(size, n) for _ in range(RETIME_EVERY)]
+    assert choices.count(n) == 1
+    decoder.gpu_seconds[key] = 0.040  # more than 1.5x the pool's: not worth a try
+    assert all(decoder.share_of_read(size, n) == n for _ in range(3 * RETIME_EVERY))

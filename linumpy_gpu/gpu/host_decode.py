@@ -46,10 +46,12 @@ INITIAL_THREAD_RATE = 0.45e9
 # tile pipeline's workers) must not send a whole level to the host (run 25: a cold plane
 # level decoded on host threads, 0.54 s against 0.29 on nvCOMP).
 MAX_HOST_READ_SECONDS = 0.1
-# A read size the pool lost on is sent to the pool again every RETIME_EVERY reads while its
-# measured time is within RETIME_WITHIN of nvCOMP's: one slow early measurement (a worker
-# setting up, the machine busy) must not keep such reads on nvCOMP for good (128^3 tiles
-# read one by one: 0.78-0.80 GB/s locked on nvCOMP against 1.14-1.37, run 73).
+# A read size one side lost on is sent to that side again every RETIME_EVERY reads while its
+# measured time is within RETIME_WITHIN of the winner's: one slow early measurement (a
+# worker setting up, the machine busy, nvCOMP's first batches) must not keep a read size on
+# the other side for good (128^3 tiles read one by one: 0.78-0.80 GB/s locked on nvCOMP
+# against 1.14-1.37, run 73; 64^3 tiles 1.56-1.70 locked on the pool, whose 15 ms beat an
+# nvCOMP time of 16.8 ms learned early, against 1.72-1.87 on nvCOMP's 13 ms, run 77).
 RETIME_EVERY = 16
 RETIME_WITHIN = 1.5
 _SMOOTHING = 0.3
@@ -163,23 +165,25 @@ class HostDecoder:
 
     def share_of_read(self, nbytes: int, n_chunks: int) -> int:
         """How many of a read's ``n_chunks`` chunks go to the host: all of them when the
-        host finishes them sooner than nvCOMP's batch would, else none."""
+        host finishes them sooner than nvCOMP's batch would, else none; every
+        RETIME_EVERY-th read of a size goes to the side that lost, if its measured time is
+        close enough to be worth timing again."""
         if n_chunks <= 0 or not self.threads:
             return 0
         if self._modelled_seconds(nbytes, n_chunks) > MAX_HOST_READ_SECONDS:
             return 0
         host, gpu = self.host_seconds(nbytes, n_chunks), self.batch_seconds(nbytes, n_chunks)
-        if host < gpu:
-            return n_chunks
+        winner, loser = (n_chunks, 0) if host < gpu else (0, n_chunks)
         key = (nbytes, _bucket(n_chunks))
         with self._lock:
-            if key not in self.pool_seconds or host > RETIME_WITHIN * gpu:
-                return 0
+            lost_times = self.gpu_seconds if winner else self.pool_seconds
+            if key not in lost_times or max(host, gpu) > RETIME_WITHIN * min(host, gpu):
+                return winner
             self._lost[key] = self._lost.get(key, 0) + 1
             if self._lost[key] < RETIME_EVERY:
-                return 0
+                return winner
             self._lost[key] = 0
-        return n_chunks  # timed again
+        return loser  # timed again
 
     def learn_gpu(
         self, nbytes: int, n_chunks: int, seconds: float, turn: DecodeTurn | None = None
