@@ -54,7 +54,14 @@ MAX_HOST_READ_SECONDS = 0.1
 # nvCOMP time of 16.8 ms learned early, against 1.72-1.87 on nvCOMP's 13 ms, run 77).
 RETIME_EVERY = 16
 RETIME_WITHIN = 1.5
+# A read size one side has been timed on fewer than this many times is timed again however
+# far behind it is: its first batches carry one-off costs (nvCOMP's first 125-chunk batch
+# in a process, learned as 20 ms against 13 ms later, kept 64^3 tiles on the pool, run 78).
+SETTLED_AFTER = 3
+# Wall times have one-sided noise (set-up, other work on the machine): a faster time moves
+# a learned time most of the way, a slower one a little.
 _SMOOTHING = 0.3
+_SMOOTHING_FASTER = 0.7
 
 
 @dataclass
@@ -107,7 +114,8 @@ class HostDecoder:
         self.gpu_seconds: dict[tuple[int, int], float] = {}
         self.pool_seconds: dict[tuple[int, int], float] = {}
         self._decoding: set[DecodeTurn] = set()
-        self._lost: dict[tuple[int, int], int] = {}  # reads the pool lost since last timed
+        self._lost: dict[tuple[int, int], int] = {}  # reads the loser lost since last timed
+        self._timed: dict[tuple[bool, int, int], int] = {}  # (on host, key): times learned
 
     @contextmanager
     def decoding(self) -> Iterator[DecodeTurn]:
@@ -177,7 +185,10 @@ class HostDecoder:
         key = (nbytes, _bucket(n_chunks))
         with self._lock:
             lost_times = self.gpu_seconds if winner else self.pool_seconds
-            if key not in lost_times or max(host, gpu) > RETIME_WITHIN * min(host, gpu):
+            if key not in lost_times:
+                return winner
+            settled = self._timed.get((not winner, *key), 0) >= SETTLED_AFTER
+            if settled and max(host, gpu) > RETIME_WITHIN * min(host, gpu):
                 return winner
             self._lost[key] = self._lost.get(key, 0) + 1
             if self._lost[key] < RETIME_EVERY:
@@ -195,7 +206,8 @@ class HostDecoder:
         key = (nbytes, _bucket(n_chunks))
         old = self.batch_seconds(nbytes, n_chunks)
         with self._lock:
-            self.gpu_seconds[key] = old + _SMOOTHING * (seconds - old)
+            self.gpu_seconds[key] = _learned(old, seconds)
+            self._timed[(False, *key)] = self._timed.get((False, *key), 0) + 1
 
     def submit(
         self, frames: Sequence[Any], nbytes: int, dests: np.ndarray, after: Any
@@ -218,11 +230,15 @@ class HostDecoder:
         """Wait for the units; ``stream`` waits (on the GPU) for their copies. Returns the
         failed chunks' reasons by index. Their times are learned unless ``turn`` overlapped
         another batch's decode; the pool's wall time also not when a worker set itself up
-        for a unit (its stream and pinned buffers: not what later reads pay)."""
-        decoded, busy, setting_up = 0, 0.0, False
+        for a unit (its stream and pinned buffers: not what later reads pay). A timed read
+        ends once its copies to the device are done, as an nvCOMP batch's time ends once
+        the device has decoded it (without, the pool looked 1-3 ms faster than the reads it
+        took: 64^3 tiles, run 78)."""
+        decoded, busy, setting_up, events = 0, 0.0, False, []
         for first, future in zip(units.first, units.futures, strict=True):
             failures, event, seconds, nbytes, fresh = future.result()
             stream.wait_event(event)
+            events.append(event)
             decoded += nbytes
             busy += seconds
             setting_up |= fresh
@@ -230,14 +246,19 @@ class HostDecoder:
                 units.failures[first + j] = reason
         if turn is not None and turn.overlapped:
             return units.failures
+        timed = bool(units.nbytes) and not setting_up
+        if timed:
+            for event in events:
+                event.synchronize()
+        elapsed = time.perf_counter() - units.started
         old = self.host_seconds(units.nbytes, units.count)
         with self._lock:
             if busy > 0 and decoded >= 4 * UNIT_BYTES:
                 self.thread_rate += _SMOOTHING * (decoded / busy - self.thread_rate)
-            if units.nbytes and not setting_up:
-                elapsed = time.perf_counter() - units.started
+            if timed:
                 key = (units.nbytes, _bucket(units.count))
-                self.pool_seconds[key] = old + _SMOOTHING * (elapsed - old)
+                self.pool_seconds[key] = _learned(old, elapsed)
+                self._timed[(True, *key)] = self._timed.get((True, *key), 0) + 1
         return units.failures
 
     # -- worker side --------------------------------------------------------------------
@@ -283,6 +304,10 @@ class HostDecoder:
             event.record(st.stream)
             st.events[turn] = event
         return failures, event, seconds, len(frames) * nbytes, fresh
+
+
+def _learned(old: float, seconds: float) -> float:
+    return old + (_SMOOTHING_FASTER if seconds < old else _SMOOTHING) * (seconds - old)
 
 
 def _chunks_per_unit(n_chunks: int, nbytes: int, threads: int) -> int:
