@@ -181,13 +181,13 @@ class HostDecoder:
         if self._modelled_seconds(nbytes, n_chunks) > MAX_HOST_READ_SECONDS:
             return 0
         host, gpu = self.host_seconds(nbytes, n_chunks), self.batch_seconds(nbytes, n_chunks)
-        winner, loser = (n_chunks, 0) if host < gpu else (0, n_chunks)
+        host_wins = host < gpu
+        winner, loser = (n_chunks, 0) if host_wins else (0, n_chunks)
         key = (nbytes, _bucket(n_chunks))
         with self._lock:
-            lost_times = self.gpu_seconds if winner else self.pool_seconds
-            if key not in lost_times:
+            if key not in (self.gpu_seconds if host_wins else self.pool_seconds):
                 return winner
-            settled = self._timed.get((not winner, *key), 0) >= SETTLED_AFTER
+            settled = self._timed.get((not host_wins, *key), 0) >= SETTLED_AFTER
             if settled and max(host, gpu) > RETIME_WITHIN * min(host, gpu):
                 return winner
             self._lost[key] = self._lost.get(key, 0) + 1
@@ -232,8 +232,7 @@ class HostDecoder:
         another batch's decode; the pool's wall time also not when a worker set itself up
         for a unit (its stream and pinned buffers: not what later reads pay). A timed read
         ends once its copies to the device are done, as an nvCOMP batch's time ends once
-        the device has decoded it (without, the pool looked 1-3 ms faster than the reads it
-        took: 64^3 tiles, run 78)."""
+        the device has decoded it, so that the two compare."""
         decoded, busy, setting_up, events = 0, 0.0, False, []
         for first, future in zip(units.first, units.futures, strict=True):
             failures, event, seconds, nbytes, fresh = future.result()
