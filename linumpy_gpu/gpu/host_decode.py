@@ -110,7 +110,7 @@ class HostDecoder:
         self._lock = threading.Lock()
         self.thread_rate = INITIAL_THREAD_RATE  # decoded bytes per second per thread
         # (chunk bytes, batch size bucket) -> seconds of one nvCOMP batch / of the pool for
-        # that many chunks, submission to last copy queued; measured
+        # that many chunks (the pool's: submission to its last copy done); measured
         self.gpu_seconds: dict[tuple[int, int], float] = {}
         self.pool_seconds: dict[tuple[int, int], float] = {}
         self._decoding: set[DecodeTurn] = set()
