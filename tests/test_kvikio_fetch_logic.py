@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import linumpy_gpu.engine.fetch as fetch_module
 import linumpy_gpu.gpu.kvikio_fetch as kvikio_fetch
 from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource
 
@@ -328,8 +329,9 @@ def test_warm_metadata_skips_missing_files(tmp_path):
 def test_direct_reads_only_on_storage_confirmed_slow(fake_kvikio, files, monkeypatch, confirmed):
     """A fetch of ranges (a shard's runs) on storage confirmed slow reads with kvikio's direct
     reads on, and turns them back off once its last read is done; storage only judged slow,
-    a probing fetch and whole files keep buffered reads."""
+    a probing fetch and whole files keep buffered reads. (Read-ahead off: see the next test.)"""
     monkeypatch.setattr(kvikio_fetch, "SLOW_DIRECT_IO", True)
+    monkeypatch.setattr(fetch_module, "READ_AHEAD_BYTES", 0)
     fake = fake_kvikio()
     root, blobs = files
     source = kvikio_fetch.KvikioFileSource(root)
@@ -351,6 +353,27 @@ def test_direct_reads_only_on_storage_confirmed_slow(fake_kvikio, files, monkeyp
     source._fetches = kvikio_fetch.REPROBE - 1  # the next fetch probes the storage again
     source.slow_confirmed = confirmed
     source.fetch(runs)
+    assert fake.direct_reads == 0
+
+
+def test_ranges_stay_buffered_where_a_reader_advises_them_ahead(fake_kvikio, files, monkeypatch):
+    """Bytes a reader advised ahead are in the page cache, which O_DIRECT would skip: with
+    read-ahead on, storage confirmed slow reads a shard's runs buffered, and only then does
+    the source ask readers for hints."""
+    monkeypatch.setattr(kvikio_fetch, "SLOW_DIRECT_IO", True)
+    monkeypatch.setattr(fetch_module, "READ_AHEAD_BYTES", 1 << 20)
+    fake = fake_kvikio()
+    root, _ = files
+    source = kvikio_fetch.KvikioFileSource(root)
+    source.slow_storage = True
+    assert not source.reads_ahead()  # judged slow by a probe only
+    source.slow_confirmed = True
+    assert source.reads_ahead()
+    shard = os.urandom(8 * 100_000)
+    (root / "shard").write_bytes(shard)
+    runs = [ByteRequest("shard", k * 100_000, 100_000) for k in range(8)]
+    got = source.fetch(runs)
+    assert b"".join(bytes(v) for v in got) == shard
     assert fake.direct_reads == 0
 
 

@@ -33,6 +33,13 @@ REPROBE = 8
 # Long runs (a shard's inner chunks end to end) are read in pieces of at most this many
 # bytes on separate threads: a batch may touch fewer files than there are threads.
 PIECE_BYTES = 8 << 20
+# On storage slower than the page cache, a reader tells the OS which stored bytes it will
+# fetch next, this many beyond the batch being fetched (posix_fadvise WILLNEED, from one
+# background thread): the disk then streams them into the page cache while the current
+# batch is read and between batches, where each batch's reads otherwise drain before the
+# next batch's start. 0 turns it off (LINUMPY_GPU_READ_AHEAD_BYTES).
+READ_AHEAD_BYTES = env_int("LINUMPY_GPU_READ_AHEAD_BYTES", 512 << 20, minimum=0)
+_CAN_ADVISE = hasattr(os, "posix_fadvise")
 
 
 def threads_for(bytes_per_read: int | None, limit: int = MAX_IO_THREADS) -> int:
@@ -83,6 +90,7 @@ class LocalFileSource:
 
     _pools: dict[int, ThreadPoolExecutor] = {}
     _pools_lock = threading.Lock()
+    _advice: ThreadPoolExecutor | None = None
 
     def __init__(self, root: str | os.PathLike[str], threads: int | None = None):
         self.root = os.fspath(root)
@@ -109,6 +117,30 @@ class LocalFileSource:
         of the disk's rate without, 87-92% with). Missing files are skipped."""
         pool = self.pool(DISK_THREADS)
         return [pool.submit(_stat_or_none, self.path_of(k)) for k in keys]
+
+    def reads_ahead(self) -> bool:
+        """Whether a reader should say which bytes it fetches next (:meth:`will_need`): on
+        storage measured slower than the page cache (see READ_AHEAD_BYTES)."""
+        return READ_AHEAD_BYTES > 0 and _CAN_ADVISE and self.slow_storage
+
+    def will_need(self, requests: Sequence[ByteRequest]) -> Future | None:
+        """Ask the OS to start reading ``requests`` (whole files or ranges) into the page
+        cache, without waiting for it. Only a hint: missing files and failed calls are
+        skipped, and a later fetch reads the bytes whether or not they arrived."""
+        if not _CAN_ADVISE or not requests:
+            return None
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for r in requests:
+            if r.suffix is None:  # suffixes are shard indexes: small, read once, cached
+                spans.setdefault(r.key, []).append((r.offset, r.length or 0))
+        items = [(self.path_of(k), v) for k, v in spans.items()]
+        with self._pools_lock:
+            if LocalFileSource._advice is None:
+                LocalFileSource._advice = ThreadPoolExecutor(
+                    1, thread_name_prefix="linumpy-read-ahead"
+                )
+            pool = LocalFileSource._advice
+        return pool.submit(_advise_will_need, items)
 
     def _read_file(
         self,
@@ -444,6 +476,26 @@ def _length_of(request: ByteRequest) -> int:
     if request.length is None or request.suffix is not None:
         raise ValueError(f"coalesce takes ranged requests, got {request}")
     return request.length
+
+
+def _advise_will_need(items: Sequence[tuple[str, Sequence[tuple[int, int]]]]) -> int:
+    """posix_fadvise(WILLNEED) on each (offset, length) of each path (length 0: to the
+    end); the number of files advised."""
+    done = 0
+    for path, spans in items:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            for offset, length in spans:
+                os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
+            done += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return done
 
 
 def _stat_or_none(path: str) -> os.stat_result | None:

@@ -26,6 +26,7 @@ from .batching import Placement, output_geometry, plan_batches
 from .fetch import ByteRequest, ByteSource, Runs, merge_ranges, source_for
 from .layout import ArrayLayout, layout_of
 from .plan import ChunkPlan, ChunkTask, chunk_plan
+from .read_ahead import ReadAhead
 from .selection import Selection, normalize_selection
 from .sharding import (
     ShardIndexError,
@@ -37,6 +38,19 @@ from .sharding import (
 
 # Longest run of adjacent inner chunks of a shard read into staging in one request.
 STAGED_RUN_BYTES = 8 << 20
+
+
+@dataclass
+class _InnerChunks:
+    """Chunks of a batch within their shards: ``keys`` per chunk (for errors); per chunk
+    present (``rows``), its shard (into ``shard_keys``), offset and length there."""
+
+    keys: list[str]
+    shard_keys: list[str]
+    rows: np.ndarray
+    shard_of: np.ndarray
+    offsets: np.ndarray
+    lengths: np.ndarray
 
 
 @dataclass
@@ -146,7 +160,7 @@ class ChunkedArrayReader:
         if progress is not None:
             progress.reset(total=len(plan))
         damaged, n_batches = self._run_batches(
-            batches, len(plan), _OneOutput(work), profile, progress, on_damaged
+            batches, plan, _OneOutput(work), profile, progress, on_damaged
         )
         self.backend.finish()
         profile["total"] = time.perf_counter() - t_start
@@ -185,9 +199,7 @@ class ChunkedArrayReader:
         out_nbytes = sum(s.size for s in sels) * layout.dtype.itemsize
         whole_level = any(s.size == math.prod(layout.shape) for s in sels)
         batches = self._batches(unique, None, out_nbytes, whole_level)
-        _, profile["batches"] = self._run_batches(
-            batches, len(unique), targets, profile, None, "raise"
-        )
+        _, profile["batches"] = self._run_batches(batches, unique, targets, profile, None, "raise")
         self.backend.finish()
         profile["chunks"] = len(unique)
         self.last_profile = profile
@@ -196,17 +208,36 @@ class ChunkedArrayReader:
     def _run_batches(
         self,
         batches: Iterator[tuple[ChunkPlan, Placement | None]],
-        n_tasks: int,
+        plan: ChunkPlan,
         targets: _Targets,
         profile: dict[str, float],
         progress: Any,
         on_damaged: str,
     ) -> tuple[list[ChunkDecodeError], int]:
-        """Fetch, decode and place every batch; batch k+1 is fetched while batch k decodes.
-        ``targets`` says which outputs each chunk of a batch feeds.
+        """Fetch, decode and place every batch of ``plan`` (``batches`` slices it in order);
+        batch k+1 is fetched while batch k decodes, and on slow storage the OS is told which
+        bytes come after it (:mod:`.read_ahead`). ``targets`` says which outputs each chunk
+        of a batch feeds.
         Returns the damaged chunks (with ``on_damaged="fill"``) and the number of batches."""
         damaged: list[ChunkDecodeError] = []
         n_batches = 0
+        n_tasks = len(plan)
+        ahead = ReadAhead.for_source(
+            self.source,
+            n_tasks,
+            lambda start, stop: self._advised_requests(plan, start, stop),
+            self._stored_per_chunk,
+        )
+        fetching_to = 0
+
+        def fetch(batch: tuple[ChunkPlan, Placement | None]) -> _Fetched:
+            nonlocal fetching_to
+            fetching_to += len(batch[0])
+            if ahead is not None:
+                t0 = time.perf_counter()
+                ahead.advance(fetching_to)
+                profile["read_ahead"] = profile.get("read_ahead", 0.0) + time.perf_counter() - t0
+            return self._fetch(*batch, profile)
 
         def run(fetched: _Fetched) -> None:
             nonlocal n_batches
@@ -222,7 +253,7 @@ class ChunkedArrayReader:
             run(self._fetch(*first, profile))
             return damaged, n_batches
         with ThreadPoolExecutor(1, thread_name_prefix="linumpy-prefetch") as prefetch:
-            pending: Future | None = prefetch.submit(self._fetch, *first, profile)
+            pending: Future | None = prefetch.submit(fetch, first)
             try:
                 while pending is not None:
                     t0 = time.perf_counter()
@@ -231,7 +262,7 @@ class ChunkedArrayReader:
                     pending = None
                     nxt = next(batches, None)  # sized with what this batch taught
                     if nxt is not None:
-                        pending = prefetch.submit(self._fetch, *nxt, profile)
+                        pending = prefetch.submit(fetch, nxt)
                     run(fetched)
             finally:
                 if pending is not None:  # a failed read still gives its staging back
@@ -362,25 +393,9 @@ class ChunkedArrayReader:
             hint = int(layout.chunk.nbytes * self._stored_fraction) if layout.chunk else None
             data = self.source.fetch([ByteRequest(k) for k in keys], allocate, hint)
             return keys, data
-        fmt = layout.shard_index
-        chunks = inner_chunks(tasks.coords, fmt)
-        shard_keys = [self._prefix + layout.storage_key(tuple(c)) for c in chunks.shards.tolist()]
-        indexes = self._shard_indexes(shard_keys)
-        entries, present = inner_entries([indexes[k] for k in shard_keys], chunks, fmt)
-        keys = [
-            f"{shard_keys[s]} (inner chunk {tuple(local)})"
-            for s, local in zip(chunks.shard_of.tolist(), chunks.local.tolist(), strict=True)
-        ]
-        rows = np.flatnonzero(present)
-        # a damaged index may point anywhere: past 2**62 no file reaches, and int64 holds it
-        beyond = np.flatnonzero((entries[rows] >= np.uint64(1 << 62)).any(axis=1))
-        if beyond.size:
-            raise ChunkDecodeError(
-                self.name, keys[rows[beyond[0]]], "shard index entry out of range"
-            )
-        offsets = entries[rows, 0].astype(np.int64)
-        lengths = entries[rows, 1].astype(np.int64)
-        shard_of = chunks.shard_of[rows]
+        inner = self._inner_chunks(tasks)
+        keys, shard_keys, rows = inner.keys, inner.shard_keys, inner.rows
+        offsets, lengths, shard_of = inner.offsets, inner.lengths, inner.shard_of
         if allocate is None:
             runs = merge_ranges(shard_of, offsets, lengths)
         elif self.backend.stages_unaligned(layout.chunk):
@@ -407,6 +422,53 @@ class ChunkedArrayReader:
                 raise ChunkDecodeError(self.name, keys[row], "shard is shorter than its index says")
             data[row] = blob[start : start + length]
         return keys, data
+
+    def _inner_chunks(self, tasks: ChunkPlan) -> _InnerChunks:
+        """Where each chunk of ``tasks`` lies in its shard (the shard indexes fetched once
+        and cached)."""
+        fmt = self.layout.shard_index
+        chunks = inner_chunks(tasks.coords, fmt)
+        shard_keys = [
+            self._prefix + self.layout.storage_key(tuple(c)) for c in chunks.shards.tolist()
+        ]
+        indexes = self._shard_indexes(shard_keys)
+        entries, present = inner_entries([indexes[k] for k in shard_keys], chunks, fmt)
+        keys = [
+            f"{shard_keys[s]} (inner chunk {tuple(local)})"
+            for s, local in zip(chunks.shard_of.tolist(), chunks.local.tolist(), strict=True)
+        ]
+        rows = np.flatnonzero(present)
+        # a damaged index may point anywhere: past 2**62 no file reaches, and int64 holds it
+        beyond = np.flatnonzero((entries[rows] >= np.uint64(1 << 62)).any(axis=1))
+        if beyond.size:
+            raise ChunkDecodeError(
+                self.name, keys[rows[beyond[0]]], "shard index entry out of range"
+            )
+        return _InnerChunks(
+            keys,
+            shard_keys,
+            rows,
+            chunks.shard_of[rows],
+            entries[rows, 0].astype(np.int64),
+            entries[rows, 1].astype(np.int64),
+        )
+
+    def _advised_requests(self, plan: ChunkPlan, start: int, stop: int) -> list[ByteRequest]:
+        """The stored bytes of chunks ``[start, stop)`` of ``plan``, as few requests as
+        possible: whole chunk files, or a shard's inner chunks merged into runs."""
+        tasks = plan[start:stop]
+        if self.layout.shard_index is None:
+            return [
+                ByteRequest(self._prefix + self.layout.storage_key(c)) for c in tasks.coord_tuples()
+            ]
+        inner = self._inner_chunks(tasks)
+        runs = merge_ranges(inner.shard_of, inner.offsets, inner.lengths)
+        return [
+            ByteRequest(inner.shard_keys[k], a, b - a)
+            for k, a, b in zip(
+                runs.key.tolist(), runs.start.tolist(), runs.stop.tolist(), strict=True
+            )
+        ]
 
     def _shard_indexes(self, shard_keys: Sequence[str]) -> dict[str, np.ndarray | None]:
         fmt = self.layout.shard_index

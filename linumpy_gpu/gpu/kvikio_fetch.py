@@ -162,6 +162,11 @@ class KvikioFileSource(LocalFileSource):
         self.slow_confirmed = False  # a whole fetch was slow: see CONFIRMED_SLOW_RATE
         _configure_pool()
 
+    def reads_ahead(self) -> bool:
+        """Only once a whole fetch was slow (CONFIRM_BYTES): a probe's PROBE_BYTES misjudge a
+        busy page cache as slow too often for hints that cost the fetch thread its time."""
+        return super().reads_ahead() and self.slow_confirmed
+
     def fetch(
         self,
         requests: Sequence[ByteRequest],
@@ -194,7 +199,12 @@ class KvikioFileSource(LocalFileSource):
         ranges = all(r.length is not None for r in requests)
         direct = (
             _direct_reads()
-            if not probing and self.slow_confirmed and ranges and SLOW_DIRECT_IO
+            # bytes a reader asked the OS for ahead are in the page cache, which O_DIRECT skips
+            if not probing
+            and self.slow_confirmed
+            and ranges
+            and SLOW_DIRECT_IO
+            and not self.reads_ahead()
             else contextlib.nullcontext()
         )
         t0 = time.perf_counter()

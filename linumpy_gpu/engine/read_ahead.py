@@ -1,0 +1,80 @@
+"""Telling slow storage, a window ahead, which stored bytes a read will fetch next.
+
+A read fetches batch by batch, and each batch's reads drain before the next batch's start,
+so a disk sees bursts of requests from a few files at a time, with gaps between them. The
+OS can do better when it knows the bytes in advance: ``posix_fadvise(WILLNEED)`` on the
+ranges of the chunks after the batch being fetched lets it stream them into the page cache
+while the batch is read, and the next batch then finds them there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import fetch
+from .fetch import ByteRequest
+
+# Hints go out in steps of at least this fraction of the window: one per batch at most
+# where batches are large, not one per few chunks where they are small.
+STEP_FRACTION = 4
+# Whole chunk files (one per chunk, not shards) are advised too, unless this is "0".
+WHOLE_FILES = os.environ.get("LINUMPY_GPU_READ_AHEAD_WHOLE_FILES", "1") != "0"
+
+
+class ReadAhead:
+    """Keeps ``window`` stored bytes of a read's plan advised beyond the batch being
+    fetched, while ``source.reads_ahead()`` says the storage wants it.
+
+    ``requests_for(start, stop)`` gives the byte requests of the plan's chunks
+    ``[start, stop)``; ``stored_per_chunk()`` the stored bytes a chunk is expected to take;
+    ``window`` defaults to READ_AHEAD_BYTES.
+    Used from one thread (the read's fetch thread).
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        n_chunks: int,
+        requests_for: Callable[[int, int], Sequence[ByteRequest]],
+        stored_per_chunk: Callable[[], float],
+        window: int | None = None,
+        whole_files: bool = WHOLE_FILES,
+    ):
+        self.source = source
+        self.n_chunks = n_chunks
+        self.requests_for = requests_for
+        self.stored_per_chunk = stored_per_chunk
+        self.window = fetch.READ_AHEAD_BYTES if window is None else window
+        self.whole_files = whole_files
+        self.advised_to = 0  # chunks of the plan before this are advised or fetched
+        self.advised_bytes = 0  # stored bytes advised (requests with a length)
+        self.hints = 0
+
+    @classmethod
+    def for_source(cls, source: Any, n_chunks: int, *args: Any, **kwargs: Any) -> ReadAhead | None:
+        """A read-ahead for a source that can take hints; None for others (zarr stores)."""
+        if not hasattr(source, "reads_ahead") or not hasattr(source, "will_need"):
+            return None
+        return cls(source, n_chunks, *args, **kwargs)
+
+    def advance(self, fetching_to: int) -> None:
+        """The batch ending before chunk ``fetching_to`` is about to be fetched: advise the
+        chunks after it, up to the window."""
+        if self.window <= 0 or not self.source.reads_ahead():
+            return
+        per_chunk = max(1.0, float(self.stored_per_chunk()))
+        ahead = max(1, int(self.window // per_chunk))
+        start = max(self.advised_to, fetching_to)
+        stop = min(self.n_chunks, fetching_to + ahead)
+        if stop <= start or (stop < self.n_chunks and (stop - start) * STEP_FRACTION < ahead):
+            return
+        requests = self.requests_for(start, stop)
+        if not self.whole_files:
+            requests = [r for r in requests if r.length is not None]
+        self.advised_to = stop
+        if requests:
+            self.source.will_need(requests)
+            self.hints += 1
+            self.advised_bytes += sum(r.length or 0 for r in requests)
