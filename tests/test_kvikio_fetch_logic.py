@@ -377,41 +377,6 @@ def test_ranges_stay_buffered_where_a_reader_advises_them_ahead(fake_kvikio, fil
     assert fake.direct_reads == 0
 
 
-@pytest.mark.parametrize("confirmed", [False, True])
-def test_a_first_fetch_found_slow_advises_the_runs_it_has_not_opened(
-    fake_kvikio, tmp_path, monkeypatch, confirmed
-):
-    """Before any fetch confirmed slow storage, no reader has advised anything: a fetch of
-    shard runs its probe judges slow advises the rest of its own runs; once confirmed, the
-    reader's read-ahead does that, and whole files never are."""
-    monkeypatch.setattr(fetch_module, "READ_AHEAD_BYTES", 1 << 20)
-    monkeypatch.setattr(kvikio_fetch, "ADVISE_REST_OF_FIRST", True)
-    monkeypatch.setattr(kvikio_fetch, "PROBE_BYTES", 1)
-    monkeypatch.setattr(kvikio_fetch, "SLOW_THREAD_RATE", float("inf"))  # probes say slow
-    fake_kvikio()
-    advised: list[ByteRequest] = []
-    monkeypatch.setattr(LocalFileSource, "will_need", lambda self, r: advised.extend(r))
-    shards = {f"s{i}": os.urandom(4 * 50_000) for i in range(6)}
-    for k, v in shards.items():
-        (tmp_path / k).write_bytes(v)
-    runs = [ByteRequest(k, j * 50_000, 50_000) for k in shards for j in range(4)]
-    source = kvikio_fetch.KvikioFileSource(tmp_path)
-    source.slow_confirmed = confirmed
-    got = source.fetch(runs)
-    assert b"".join(bytes(v) for v in got) == b"".join(shards.values())
-    if confirmed:
-        assert advised == []
-    else:
-        assert advised and set(advised) < set(runs)
-        assert advised == runs[len(runs) - len(advised) :]  # the files not opened yet, all
-        assert len(advised) % 4 == 0
-    advised.clear()
-    source.slow_confirmed = False
-    source._fetches = kvikio_fetch.REPROBE - 1
-    source.fetch([ByteRequest(k) for k in shards])
-    assert advised == []
-
-
 def test_direct_reads_stay_on_while_another_fetch_uses_them(fake_kvikio, monkeypatch):
     fake = fake_kvikio()
     with kvikio_fetch._direct_reads():

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine import fetch as fetch_module
 from ..engine.fetch import (
     DISK_THREADS,
     REPROBE,
@@ -75,13 +74,6 @@ KVIKIO_THREADS = DISK_THREADS
 # readahead serves a whole small file well), so they stay buffered. Never while probing: on
 # the page cache O_DIRECT would read the disk instead. LINUMPY_GPU_SLOW_DIRECT_IO=0: off.
 SLOW_DIRECT_IO = os.environ.get("LINUMPY_GPU_SLOW_DIRECT_IO", "1") != "0"
-# A fetch its probe judged slow before any fetch confirmed it (a cold read's first, its
-# largest: up to 3/4 of the pinned ring, fetched before a reader can advise anything ahead)
-# advises the OS of the rest of its own requests at once, as a reader's read-ahead does for
-# later batches (engine/read_ahead.py). Ranges only (a shard's runs: a few files, a call
-# each): whole chunk files have LOOK_AHEAD_FILES, and thousands of opens on a page cache a
-# probe misjudged would cost the thread driving the GPU. LINUMPY_GPU_ADVISE_FIRST_FETCH=0: off.
-ADVISE_REST_OF_FIRST = os.environ.get("LINUMPY_GPU_ADVISE_FIRST_FETCH", "1") != "0"
 
 _configured = False
 _configure_lock = threading.Lock()
@@ -170,10 +162,6 @@ class KvikioFileSource(LocalFileSource):
         self.slow_confirmed = False  # a whole fetch was slow: see CONFIRMED_SLOW_RATE
         _configure_pool()
 
-    @staticmethod
-    def _can_advise() -> bool:
-        return fetch_module.READ_AHEAD_BYTES > 0 and hasattr(os, "posix_fadvise")
-
     def reads_ahead(self) -> bool:
         """Only once a whole fetch was slow (CONFIRM_BYTES): a probe's PROBE_BYTES misjudge a
         busy page cache as slow too often for hints that cost the fetch thread its time."""
@@ -240,13 +228,6 @@ class KvikioFileSource(LocalFileSource):
                 self.slow_storage = self._slow(done_bytes, time.perf_counter() - t0)
                 if self.slow_storage:
                     limit = (OPEN_FILES, SLOW_BYTES_IN_FLIGHT)
-                    if (
-                        ranges
-                        and ADVISE_REST_OF_FIRST
-                        and not self.slow_confirmed
-                        and self._can_advise()
-                    ):
-                        self.will_need([requests[i] for k in keys[opened:] for i in by_key[k]])
                     if self.slow_confirmed:
                         self.warm_metadata(keys[opened:])
                         looked_up = len(keys)
