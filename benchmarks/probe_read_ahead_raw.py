@@ -18,23 +18,14 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-PIECE = 8 << 20
+from probe_read_patterns import PIECE, drop_caches, read_piece, read_whole
+
 GROUP = 4
 
 
-def drop_caches() -> None:
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3")
-
-
 def whole(files: list[str]) -> int:
-    def read(path: str) -> int:
-        with open(path, "rb", buffering=0) as f:
-            return len(f.read())
-
     with ThreadPoolExecutor(16) as pool:
-        return sum(pool.map(read, files))
+        return sum(pool.map(read_whole, files))
 
 
 def advise(paths: list[str]) -> None:
@@ -51,14 +42,6 @@ def batched(files: list[str], hints: str) -> int:
     groups = [files[i : i + GROUP] for i in range(0, len(files), GROUP)]
     total = 0
 
-    def read(item: tuple[str, int]) -> int:
-        path, offset = item
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            return len(os.pread(fd, PIECE, offset))
-        finally:
-            os.close(fd)
-
     with ThreadPoolExecutor(16) as pool, ThreadPoolExecutor(1) as hinter:
         if hints == "all":
             hinter.submit(advise, files)
@@ -67,7 +50,9 @@ def batched(files: list[str], hints: str) -> int:
             later = [p for grp in groups[g + 1 : g + 1 + ahead] for p in grp]
             if later:
                 hinter.submit(advise, later)
-            total += sum(pool.map(read, [(p, o) for p in group for o in range(0, size, PIECE)]))
+            total += sum(
+                pool.map(read_piece, [(p, o) for p in group for o in range(0, size, PIECE)])
+            )
     return total
 
 
