@@ -49,7 +49,6 @@ class ReadAhead:
         self.window = fetch.READ_AHEAD_BYTES if window is None else window
         self.whole_files = whole_files
         self.advised_to = 0  # chunks of the plan before this are advised or fetched
-        self.advised_bytes = 0  # stored bytes advised (requests with a length)
         self.hints = 0
 
     @classmethod
@@ -77,4 +76,3 @@ class ReadAhead:
         if requests:
             self.source.will_need(requests)
             self.hints += 1
-            self.advised_bytes += sum(r.length or 0 for r in requests)
