@@ -22,10 +22,10 @@ import numpy as np
 from linumpy_gpu.engine import batching
 from linumpy_gpu.engine.plan import chunk_plan
 from linumpy_gpu.engine.selection import normalize_selection
+from linumpy_gpu.gpu.backend import MAX_BATCH_BYTES, TABLE_BYTES_FLOOR, TABLE_BYTES_PER_CHUNK
+from linumpy_gpu.gpu.staging import DEFAULT_CAP
 
-STAGING_BATCH_BYTES = (1 << 30) * 3 // 4  # GpuBackend.staging_batch_bytes, default ring
-MAX_BATCH_BYTES = 2 << 30  # gpu.backend.MAX_BATCH_BYTES
-TABLE_BYTES = (512, 256 << 10)  # gpu.backend per chunk (twice), floor
+STAGING_BATCH_BYTES = DEFAULT_CAP * 3 // 4  # GpuBackend.staging_batch_bytes
 
 
 def replay(shape, chunks, itemsize, ratio, workspace, scratch_fraction, spread) -> list[int]:
@@ -47,7 +47,9 @@ def replay(shape, chunks, itemsize, ratio, workspace, scratch_fraction, spread) 
         1, min(MAX_BATCH_BYTES // chunk_bytes, int(STAGING_BATCH_BYTES * ratio) // chunk_bytes)
     )
     largest = min(per_batch, len(plan))
-    budget = int(scratch_fraction * out.nbytes) - (2 * largest * TABLE_BYTES[0] + TABLE_BYTES[1])
+    budget = int(scratch_fraction * out.nbytes) - (
+        2 * largest * TABLE_BYTES_PER_CHUNK + TABLE_BYTES_FLOOR
+    )
     budget = min(budget, sum(pieces(largest, 0)) * 5 // 4)
     fits = batching.fits
     if spread:
