@@ -18,7 +18,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"linumpy-gpu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="write a sample OME-Zarr pyramid, read it back, report")
-    demo.add_argument("--out", help="where to write the sample (default: a temporary folder)")
+    demo.add_argument(
+        "--out",
+        help="folder to write the sample into, as OUT/sample.ome.zarr (default: a temporary "
+        "folder, removed afterwards)",
+    )
     demo.add_argument("--device", default="auto", help="auto (default), gpu or cpu")
     inspect = sub.add_parser("inspect", help="print the structure of an OME-Zarr store")
     inspect.add_argument("path")
@@ -41,14 +45,19 @@ def _demo(out: str | None, device: str) -> int:
     import numpy as np
     import zarr
 
-    from .errors import DeviceFallbackWarning
+    from .errors import DeviceFallbackWarning, StoreExistsError
     from .image import open_ome_zarr
     from .sample import write_sample
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = out or os.path.join(tmp, "sample.ome.zarr")
+        # the sample goes into a new folder of its own: files already in --out are never touched
+        path = os.path.join(os.path.abspath(out) if out else tmp, "sample.ome.zarr")
+        if os.path.lexists(path):
+            raise StoreExistsError(
+                f"'{path}' exists; remove it or give --out a folder without a sample in it"
+            )
         t0 = time.perf_counter()
-        write_sample(path)
+        write_sample(path, overwrite=False)
         print(f"wrote a sample OME-Zarr pyramid to {path} in {time.perf_counter() - t0:.2f} s")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DeviceFallbackWarning)

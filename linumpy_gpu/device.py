@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from .engine.backend import Backend, CpuBackend
-from .errors import DeviceFallbackWarning, GpuUnavailableError
+from .errors import DeviceFallbackWarning, GpuUnavailableError, InvalidArgumentError, warn
 
 
 def resolve_backend(device: Any = "auto") -> Backend:
@@ -17,27 +16,37 @@ def resolve_backend(device: Any = "auto") -> Backend:
     """
     if isinstance(device, Backend):
         return device
-    if device in ("cpu", None):
+    if device is None or (isinstance(device, str) and device == "cpu"):
         return CpuBackend()
-    if device == "auto":
+    if isinstance(device, str) and device == "auto":
         try:
             return _gpu_backend(None)
         except GpuUnavailableError as exc:
-            warnings.warn(f"reading on the CPU: {exc}", DeviceFallbackWarning, stacklevel=3)
+            warn(f"reading on the CPU: {exc}", DeviceFallbackWarning)
             return CpuBackend()
-    if isinstance(device, int) and not isinstance(device, bool):
+    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
         return _gpu_backend(device)
     if isinstance(device, str) and device in ("gpu", "cuda"):
         return _gpu_backend(None)
     if isinstance(device, str) and device.startswith("cuda:") and device[5:].isdigit():
         return _gpu_backend(int(device[5:]))
-    raise ValueError(f"device must be 'cpu', 'gpu', 'cuda:N', an int or 'auto', got {device!r}")
+    raise InvalidArgumentError(
+        f"device must be 'cpu', 'gpu', 'cuda:N', a GPU number or 'auto', got {device!r}"
+    )
 
 
 def _gpu_backend(ordinal: int | None) -> Backend:
     from .gpu.deps import require_gpu
 
     require_gpu()
+    import cupy
+
     from .gpu.backend import GpuBackend
 
+    count = cupy.cuda.runtime.getDeviceCount()
+    if ordinal is not None and ordinal >= count:
+        raise InvalidArgumentError(
+            f"there is no GPU {ordinal}: {count} visible (cuda:0..cuda:{count - 1}); "
+            "CUDA_VISIBLE_DEVICES decides which GPUs a process sees"
+        )
     return GpuBackend(ordinal)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Iterator, Mapping
 from functools import cached_property
 from typing import Any
@@ -17,11 +16,16 @@ from .engine import ChunkedArrayReader
 from .engine.backend import Backend
 from .errors import (
     IncompleteStoreError,
+    InvalidArgumentError,
     InvalidMetadataError,
+    LevelNotFoundError,
     MetadataWarning,
+    NotFoundError,
     NotOmeZarrError,
-    StoreNotFoundError,
+    StorePermissionError,
+    warn,
 )
+from .stores import READ_MODES, locate, translated_errors
 
 
 class Level:
@@ -131,11 +135,12 @@ class Level:
 
     def _writer(self) -> Any:
         if getattr(self.image.group.store, "read_only", False):
-            raise PermissionError(
+            raise StorePermissionError(
                 f"'{self.image.path}' is open read-only: open it with mode='r+' to write"
             )
         from .engine.writer import ChunkedArrayWriter
 
+        self._reader.check_unchanged()
         return ChunkedArrayWriter(self._reader.array, self._reader.backend, name=self._reader.name)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -183,12 +188,14 @@ class MultiscaleImage:
 
     def _open_level(self, i: int, ds: ngff.DatasetMeta) -> Level:
         field = f"multiscales[0].datasets[{i}].path"
-        try:
-            array = self.group[ds.path]
-        except KeyError:
-            raise InvalidMetadataError(
-                self.path, field, f"a zarr array at '{ds.path}'", "nothing"
-            ) from None
+        where = _join(self.path, ds.path)
+        with translated_errors(where, metadata=True):
+            try:
+                array = self.group[ds.path]
+            except KeyError as exc:
+                raise InvalidMetadataError(
+                    self.path, field, f"a zarr array at '{ds.path}'", "nothing"
+                ) from exc
         if not hasattr(array, "dtype"):
             raise InvalidMetadataError(self.path, field, f"a zarr array at '{ds.path}'", "a group")
         if array.ndim != len(self.meta.axes):
@@ -199,17 +206,17 @@ class MultiscaleImage:
                 f"{list(self.meta.axis_names)})",
                 f"{array.ndim}-D array of shape {array.shape}",
             )
-        reader = ChunkedArrayReader(array, self.backend, name=_join(self.path, ds.path))
+        with translated_errors(where, metadata=True):
+            reader = ChunkedArrayReader(array, self.backend, name=where)
         return Level(reader, self, i, ds.path)
 
     def _check_levels(self) -> None:
         dtypes = {lv.dtype for lv in self.levels}
         if len(dtypes) > 1:
-            warnings.warn(
+            warn(
                 f"{self.path}: pyramid levels have different dtypes "
                 f"{[str(lv.dtype) for lv in self.levels]}; NGFF expects one dtype",
                 MetadataWarning,
-                stacklevel=3,
             )
 
     # metadata -------------------------------------------------------------------------
@@ -242,21 +249,39 @@ class MultiscaleImage:
     def device(self) -> str:
         return self.backend.name
 
-    def scale(self, level: int = 0) -> tuple[float, ...]:
-        """Physical size of one voxel of ``level`` along each axis (multiscale-level
-        transforms composed in)."""
-        return self.meta.datasets[level].scale
+    def scale(self, level: int | str = 0) -> tuple[float, ...]:
+        """Physical size of one voxel of ``level`` (an index or a dataset path) along each
+        axis (multiscale-level transforms composed in)."""
+        return self.meta.datasets[self.level_index(level)].scale
 
-    def translation(self, level: int = 0) -> tuple[float, ...]:
-        return self.meta.datasets[level].translation
+    def translation(self, level: int | str = 0) -> tuple[float, ...]:
+        """Physical position of the first voxel's centre of ``level`` along each axis."""
+        return self.meta.datasets[self.level_index(level)].translation
+
+    def level_index(self, level: int | str) -> int:
+        """The index of ``level``: an index (negative counts from the coarsest) or a
+        dataset path as the metadata writes it (``'0'``, ``'scale0/image'``)."""
+        n = len(self.meta.datasets)
+        if isinstance(level, int | np.integer) and not isinstance(level, bool):
+            if -n <= int(level) < n:
+                return int(level) % n
+        elif isinstance(level, str):
+            for i, ds in enumerate(self.meta.datasets):
+                if ds.path == level:
+                    return i
+        paths = [ds.path for ds in self.meta.datasets]
+        raise LevelNotFoundError(
+            f"'{self.path}' has no level {level!r}: it has {n} level(s), "
+            f"indices 0..{n - 1} or paths {paths}"
+        )
 
     @cached_property
     def labels(self) -> Labels:
         return Labels(self)
 
     # access ----------------------------------------------------------------------------
-    def __getitem__(self, level: int) -> Level:
-        return self.levels[level]
+    def __getitem__(self, level: int | str) -> Level:
+        return self.levels[self.level_index(level)]
 
     def __len__(self) -> int:
         return len(self.levels)
@@ -264,8 +289,9 @@ class MultiscaleImage:
     def __iter__(self) -> Iterator[Level]:
         return iter(self.levels)
 
-    def to_dask(self, level: int = 0, chunks: Any = None) -> Any:
-        return self.levels[level].to_dask(chunks)
+    def to_dask(self, level: int | str = 0, chunks: Any = None) -> Any:
+        """A lazy dask array over ``level`` (see :meth:`Level.to_dask`)."""
+        return self[level].to_dask(chunks)
 
     def update_pyramid(self, region: Any = None, method: str | None = None) -> None:
         """Recompute the lower levels under ``region`` of level 0 (slices; None = all),
@@ -350,7 +376,9 @@ class Labels(Mapping[str, MultiscaleImage]):
 
     def __getitem__(self, name: str) -> MultiscaleImage:
         if name not in self.names:
-            raise KeyError(f"no label image {name!r}; this image has {list(self.names)}")
+            raise NotFoundError(
+                f"'{self._image.path}' has no label image {name!r}; it has {list(self.names)}"
+            )
         if name not in self._opened:
             where = _join(self._image.path, "labels", name)
             try:
@@ -364,11 +392,7 @@ class Labels(Mapping[str, MultiscaleImage]):
                 ) from None
             label = MultiscaleImage(group, where, self._image.backend)
             if label.image_label is None:
-                warnings.warn(
-                    f"{where}: label image has no 'image-label' metadata",
-                    MetadataWarning,
-                    stacklevel=2,
-                )
+                warn(f"{where}: label image has no 'image-label' metadata", MetadataWarning)
             self._opened[name] = label
         return self._opened[name]
 
@@ -395,8 +419,16 @@ class Well:
         return self.meta.images
 
     def image(self, field: int = 0) -> MultiscaleImage:
-        ref = self.meta.images[field]
-        return MultiscaleImage(self.group[ref.path], _join(self.path, ref.path), self.backend)
+        """The multiscale image of field of view ``field`` (an index)."""
+        n = len(self.meta.images)
+        if (
+            not isinstance(field, int | np.integer)
+            or isinstance(field, bool)
+            or not -n <= field < n
+        ):
+            raise NotFoundError(f"well '{self.path}' has no field {field!r}; it has {n} field(s)")
+        ref = self.meta.images[int(field)]
+        return _open_child(self.group, ref.path, _join(self.path, ref.path), self.backend)
 
     def __getitem__(self, field: int) -> MultiscaleImage:
         return self.image(field)
@@ -440,7 +472,8 @@ class Plate:
 
     def __getitem__(self, path: str) -> Well:
         if path not in {w.path for w in self.meta.wells}:
-            raise KeyError(f"plate '{self.path}' has no well {path!r}")
+            shown = [w.path for w in self.meta.wells[:20]]
+            raise NotFoundError(f"plate '{self.path}' has no well {path!r}; it has {shown}")
         try:
             group = self.group[path]
         except KeyError:
@@ -468,11 +501,14 @@ class SeriesCollection:
     def _series_paths(self) -> list[str]:
         try:
             ome = self.group["OME"]
-            listed = dict(ome.attrs).get("series")
+        except KeyError:
+            ome = None
+        if ome is not None:
+            with translated_errors(_join(self.path, "OME"), metadata=True):
+                block, _ = ngff.ome_block(dict(ome.attrs), ome.metadata.zarr_format)
+            listed = block.get("series")
             if isinstance(listed, list) and listed:
                 return [str(s) for s in listed]
-        except KeyError:
-            pass
         paths = []
         i = 0
         while True:
@@ -488,23 +524,43 @@ class SeriesCollection:
         return len(self.series_paths)
 
     def __getitem__(self, i: int) -> MultiscaleImage:
-        p = self.series_paths[i]
-        return MultiscaleImage(self.group[p], _join(self.path, p), self.backend)
+        n = len(self.series_paths)
+        if not isinstance(i, int | np.integer) or isinstance(i, bool) or not -n <= i < n:
+            raise NotFoundError(f"'{self.path}' has no series {i!r}; it has {n} series")
+        p = self.series_paths[int(i)]
+        return _open_child(self.group, p, _join(self.path, p), self.backend)
 
     def __repr__(self) -> str:
         return f"<SeriesCollection '{self.path}' (bioformats2raw): {len(self)} series>"
 
 
-def open_ome_zarr(path: Any, device: Any = "cpu", *, mode: str = "r") -> Any:
+def open_ome_zarr(
+    path: Any,
+    device: Any = "cpu",
+    *,
+    mode: str = "r",
+    storage_options: dict[str, Any] | None = None,
+) -> Any:
     """Open an OME-Zarr store: a :class:`MultiscaleImage`, :class:`Plate`, :class:`Well` or
     :class:`SeriesCollection` (bioformats2raw), by what the root holds.
 
+    ``path``: a local path, a URL (``s3://``, ``gs://``, ``https://``, ``memory://``, with
+    ``storage_options`` for fsspec), a zarr store or an open ``zarr.Group``.
     ``device``: "cpu" (numpy), "gpu" / "cuda:N" / N (cupy), or "auto" (GPU when usable,
-    else CPU with a warning). Only metadata is read here; pixels are read on indexing.
+    else CPU with a warning). ``mode``: "r" (read only) or "r+" (region writes into existing
+    levels). Opening never creates, changes or deletes anything; to create or replace a
+    store use :func:`~linumpy_gpu.write_ome_zarr`. Only metadata is read here; pixels are
+    read on indexing.
     """
+    if mode not in READ_MODES:
+        raise InvalidArgumentError(
+            f"mode must be 'r' (read) or 'r+' (write regions of existing levels), got {mode!r}; "
+            "opening never creates or deletes a store: use write_ome_zarr(..., overwrite=True)"
+        )
     backend = resolve_backend(device)
-    group, where = _open_group(path, mode)
-    attrs = dict(group.attrs)
+    group, where = _open_group(path, mode, storage_options)
+    with translated_errors(where, metadata=True):
+        attrs = dict(group.attrs)
     if isinstance(attrs.get("linumpy_gpu"), dict) and attrs["linumpy_gpu"].get("write_in_progress"):
         raise IncompleteStoreError(
             where,
@@ -529,25 +585,45 @@ def open_ome_zarr(path: Any, device: Any = "cpu", *, mode: str = "r") -> Any:
     return MultiscaleImage(group, where, backend)
 
 
-def _open_group(path: Any, mode: str) -> tuple[Any, str]:
+def _open_group(path: Any, mode: str, storage_options: dict[str, Any] | None) -> tuple[Any, str]:
     import zarr
 
-    if isinstance(path, str | os.PathLike) and "://" not in os.fspath(path):
-        where = os.path.abspath(os.fspath(path))
-        if not os.path.exists(where):
-            raise StoreNotFoundError(f"no such file or directory: '{where}'")
-        store: Any = zarr.storage.LocalStore(where, read_only=(mode == "r"))
-    else:
-        store, where = path, str(path)
-    try:
-        group = zarr.open_group(store=store, mode=mode)
-    except (FileNotFoundError, KeyError) as exc:
-        raise StoreNotFoundError(f"'{where}' holds no zarr group: {exc}") from None
-    except ValueError as exc:
+    if isinstance(path, zarr.Group):
+        if storage_options:
+            raise InvalidArgumentError("storage_options apply to URLs, not to an open zarr.Group")
+        where = _group_where(path)
+        if mode == "r+" and path.store.read_only:
+            raise StorePermissionError(
+                f"'{where}': the zarr.Group's store is read-only; open it with mode='r+'"
+            )
+        return path, where
+    if isinstance(path, zarr.Array):
         raise NotOmeZarrError(
-            where, "zarr.json / .zgroup", "zarr group metadata", str(exc)
-        ) from None
-    return group, where
+            str(path.store_path), "zarr.json / .zgroup", "an OME-Zarr group", "a zarr array"
+        )
+    location = locate(path, mode=mode, storage_options=storage_options)
+    with translated_errors(location.where, metadata=True):
+        group = zarr.open_group(store=location.store, mode=mode)
+    return group, location.where
+
+
+def _group_where(group: Any) -> str:
+    root = getattr(group.store, "root", None)
+    if root is not None:
+        return _join(os.fspath(root), group.path)
+    return str(group.store_path)
+
+
+def _open_child(group: Any, path: str, where: str, backend: Backend) -> MultiscaleImage:
+    """The multiscale image at ``path`` below ``group``."""
+    with translated_errors(where, metadata=True):
+        try:
+            child = group[path]
+        except KeyError as exc:
+            raise InvalidMetadataError(where, "path", "a zarr group", "nothing") from exc
+    if not hasattr(child, "attrs") or hasattr(child, "dtype"):
+        raise InvalidMetadataError(where, "path", "a zarr group", "an array")
+    return MultiscaleImage(child, where, backend)
 
 
 def _as_slices(region: Any, ndim: int) -> tuple[slice, ...]:

@@ -23,7 +23,7 @@ def sample_volume(shape: tuple[int, int, int] = (96, 256, 256), seed: int = 0) -
 
 
 def write_sample(
-    path: str | os.PathLike[str], *, version: str = "0.5", overwrite: bool = True, levels: int = 3
+    path: str | os.PathLike[str], *, version: str = "0.5", overwrite: bool = False, levels: int = 3
 ) -> Any:
     """Write the sample as NGFF ``version`` with ``levels`` levels; returns the opened image."""
     from .write import write_ome_zarr

@@ -6,7 +6,8 @@ import numcodecs
 import numpy as np
 import pytest
 
-from linumpy_gpu.engine.codecs import zstd_content_size, zstd_decode_into
+from linumpy_gpu.codecs.zstd import content_size as zstd_content_size
+from linumpy_gpu.codecs.zstd import decode_into as zstd_decode_into
 
 from .damage_case import damage
 

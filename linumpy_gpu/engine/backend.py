@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from ..codecs import decode_chain
+from ..codecs.errors import CodecError
 from ..errors import ChunkDecodeError, OutputMismatchError
 from .assemble import chunk_array, place
-from .codecs import cpu_decode_bytes
 from .fetch import ByteSource
 from .layout import ChunkFormat
 from .plan import ChunkPlan
@@ -251,13 +252,9 @@ class CpuBackend(Backend):
         def one(item: EncodedChunk) -> np.ndarray | ChunkDecodeError:
             key, data = item
             try:
-                raw = cpu_decode_bytes(data, fmt.codecs)
-            except Exception as exc:  # numcodecs raises RuntimeError/ValueError/...
-                return ChunkDecodeError(array, key, f"{type(exc).__name__}: {exc}")
-            if len(raw) != fmt.nbytes:
-                return ChunkDecodeError(
-                    array, key, f"decoded to {len(raw)} bytes, expected {fmt.nbytes}"
-                )
+                raw = decode_chain(data, fmt.codecs, fmt.nbytes)
+            except CodecError as exc:
+                return ChunkDecodeError(array, key, str(exc))
             return np.frombuffer(raw, dtype=np.uint8)
 
         if len(chunks) <= 1:

@@ -9,16 +9,19 @@ async store API, gathered on zarr's event loop.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from .. import fileio
 from ..env import env_int
+from ..errors import StoreError, StorePermissionError
 
 MAX_IO_THREADS = min(16, 2 * (os.cpu_count() or 2))
 # Below this many bytes per read, a thread spends more time handing the GIL around than
@@ -76,6 +79,42 @@ class ByteSource(Protocol):
         ``size_hint`` (bytes per request, roughly) lets a source pick its parallelism."""
         ...
 
+    def versions(self, keys: Sequence[str]) -> list[Hashable | None]:
+        """Per key, a token that changes whenever the stored object is replaced (None: the
+        source cannot tell; what was read from it is then trusted for one read only)."""
+        ...
+
+
+def open_regular(path: str) -> tuple[int, int] | None:
+    """Open a stored object for reading: (descriptor, size), or None where it does not
+    exist. Anything but a regular file (a FIFO, a device, a folder) is refused before a
+    read can block on it or return what is not the object's bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except PermissionError as exc:
+        raise StorePermissionError(f"'{path}': permission denied ({exc.strerror})") from exc
+    except OSError as exc:
+        raise StoreError(f"'{path}': {exc.strerror or exc}") from exc
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise StoreError(
+            f"'{path}' is not a regular file (a folder, FIFO or device where a stored object "
+            "should be)"
+        )
+    return fd, info.st_size
+
+
+def file_version(path: str) -> Hashable | None:
+    """A token that changes whenever ``path`` is replaced or rewritten, None if missing."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, fileio.generation(path))
+
 
 def _env_threads() -> int | None:
     return env_int("LINUMPY_GPU_IO_THREADS", None, minimum=1)
@@ -108,6 +147,9 @@ class LocalFileSource:
 
     def path_of(self, key: str) -> str:
         return os.path.join(self.root, "") + (key if os.sep == "/" else key.replace("/", os.sep))
+
+    def versions(self, keys: Sequence[str]) -> list[Hashable | None]:
+        return [file_version(self.path_of(k)) for k in keys]
 
     def warm_metadata(self, keys: Sequence[str]) -> list[Future]:
         """Look up the files of ``keys`` from DISK_THREADS threads, without waiting: on a
@@ -148,12 +190,11 @@ class LocalFileSource:
         requests: Sequence[ByteRequest],
         allocate: Allocator | None,
     ) -> list[memoryview | None]:
-        try:
-            fd = os.open(self.path_of(key), os.O_RDONLY)
-        except (FileNotFoundError, NotADirectoryError):
+        opened = open_regular(self.path_of(key))
+        if opened is None:
             return [None] * len(requests)
+        fd, size = opened
         try:
-            size = os.fstat(fd).st_size
             whole = requests[0]
             if len(requests) == 1 and not whole.offset and whole.length is whole.suffix is None:
                 # a whole chunk file, the common case: thousands per read
@@ -264,12 +305,11 @@ class LocalFileSource:
         fds = []
         try:
             for key, members in files:
-                try:
-                    fd = os.open(self.path_of(key), os.O_RDONLY)
-                except (FileNotFoundError, NotADirectoryError):
+                opened = open_regular(self.path_of(key))
+                if opened is None:
                     continue
+                fd, size = opened
                 fds.append(fd)
-                size = os.fstat(fd).st_size
                 spans = {}
                 for i in members:
                     r = requests[i]
@@ -359,6 +399,9 @@ class ZarrStoreSource:
         from zarr.core.sync import sync
 
         return sync(self._fetch_all(requests))
+
+    def versions(self, keys: Sequence[str]) -> list[Hashable | None]:
+        return [None] * len(keys)
 
     async def _fetch_all(self, requests: Sequence[ByteRequest]) -> list[memoryview | None]:
         import asyncio

@@ -10,16 +10,23 @@ import contextlib
 import math
 import threading
 import time
-import warnings
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..errors import ChunkDecodeError, DamagedChunkWarning, LinumpyGpuError
+from ..errors import (
+    ChunkDecodeError,
+    DamagedChunkWarning,
+    InvalidArgumentError,
+    LinumpyGpuError,
+    StoreError,
+    warn,
+)
+from ..stores import translated_errors
 from .assemble import fill
 from .backend import PLACED, Backend
 from .batching import Placement, output_geometry, plan_batches
@@ -38,6 +45,8 @@ from .sharding import (
 
 # Longest run of adjacent inner chunks of a shard read into staging in one request.
 STAGED_RUN_BYTES = 8 << 20
+# Times a batch's shards are read again when a writer replaced them meanwhile.
+SHARD_CHANGE_RETRIES = 4
 
 
 @dataclass
@@ -47,6 +56,7 @@ class _InnerChunks:
 
     keys: list[str]
     shard_keys: list[str]
+    tokens: list[Hashable]  # per shard, the version its index was read from
     rows: np.ndarray
     shard_of: np.ndarray
     offsets: np.ndarray
@@ -86,8 +96,14 @@ class ChunkedArrayReader:
         self._prefix = f"{prefix}/" if prefix else ""
         # None: the backend picks per read (the GPU needs many chunks in flight)
         self.batch_bytes = batch_bytes
-        self._index_cache: OrderedDict[str, np.ndarray | None] = OrderedDict()
+        # shard key -> (the shard's version when its index was read, the index)
+        self._index_cache: OrderedDict[str, tuple[Hashable, np.ndarray | None]] = OrderedDict()
         self._index_cache_size = index_cache_size
+        self._read_serial = 0  # versions a source cannot tell are trusted for one read
+        self._metadata_key = self._prefix + (
+            "zarr.json" if self.layout.zarr_format == 3 else ".zarray"
+        )
+        self._metadata_version = self._versions([self._metadata_key])[0]
         self._lock = threading.Lock()
         self.last_profile: dict[str, float] = {}
         # stored bytes per decoded byte, learned from reads (sizes staging per batch): the
@@ -112,14 +128,27 @@ class ChunkedArrayReader:
         damaged chunk once its batch is done; "fill" puts the fill value in damaged chunks'
         place and warns with every damaged key.
         """
-        if on_damaged not in ("raise", "fill"):
-            raise ValueError(f"on_damaged must be 'raise' or 'fill', got {on_damaged!r}")
+        if not isinstance(on_damaged, str) or on_damaged not in ("raise", "fill"):
+            raise InvalidArgumentError(f"on_damaged must be 'raise' or 'fill', got {on_damaged!r}")
         layout = self.layout
         sel = normalize_selection(index, layout.shape)
         if out is not None:
             self.backend.check_out(out, sel.shape, layout.dtype)
+        self._read_serial += 1
+        self.check_unchanged()
         try:
-            return self._read(sel, out, progress, on_damaged)
+            with translated_errors(self.name, "array"):
+                try:
+                    return self._read(sel, out, progress, on_damaged)
+                except ChunkDecodeError:
+                    # an index and its shard from different versions (a writer replaced the
+                    # shard between the two, where the store cannot tell versions): once
+                    # more, afresh
+                    if layout.shard_index is None or on_damaged != "raise":
+                        raise
+                    self._read_serial += 1
+                    self._forget_indexes(list(self._index_cache))
+                    return self._read(sel, out, progress, on_damaged)
         except MemoryError as exc:
             if isinstance(exc, LinumpyGpuError):
                 raise
@@ -170,11 +199,10 @@ class ChunkedArrayReader:
         if damaged:
             keys = ", ".join(e.key for e in damaged[:10])
             more = f" and {len(damaged) - 10} more" if len(damaged) > 10 else ""
-            warnings.warn(
+            warn(
                 f"{self.name}: {len(damaged)} damaged chunk(s) replaced by the fill value: "
                 f"{keys}{more}; first: {damaged[0].reason}",
                 DamagedChunkWarning,
-                stacklevel=3,
             )
         return result
 
@@ -186,6 +214,28 @@ class ChunkedArrayReader:
         sels = [normalize_selection(r, layout.shape) for r in regions]
         if layout.delegate_reason is not None or not sels:
             return [self.read(s) for s in sels]
+        self._read_serial += 1
+        self.check_unchanged()
+        with translated_errors(self.name, "array"):
+            return self._read_regions(sels)
+
+    def check_unchanged(self) -> None:
+        """Refuse to read or write through metadata that is no longer the array's: the
+        store was replaced (``write_ome_zarr(..., overwrite=True)``) since it was opened."""
+        if self._metadata_version is None:
+            return  # a source that cannot tell versions
+        if self._versions([self._metadata_key])[0] != self._metadata_version:
+            raise StoreError(
+                f"'{self.name}' was replaced since it was opened (its metadata changed); "
+                "open the store again"
+            )
+
+    def _versions(self, keys: Sequence[str]) -> list[Hashable | None]:
+        versions = getattr(self.source, "versions", None)
+        return list(versions(keys)) if versions is not None else [None] * len(keys)
+
+    def _read_regions(self, sels: list[Selection]) -> list[Any]:
+        layout = self.layout
         works = [self.backend.empty(s.full_shape, layout.dtype) for s in sels]
         targets = _SharedChunks()
         unique = ChunkPlan.concatenate(
@@ -393,8 +443,38 @@ class ChunkedArrayReader:
             hint = int(layout.chunk.nbytes * self._stored_fraction) if layout.chunk else None
             data = self.source.fetch([ByteRequest(k) for k in keys], allocate, hint)
             return keys, data
-        inner = self._inner_chunks(tasks)
-        keys, shard_keys, rows = inner.keys, inner.shard_keys, inner.rows
+        for _ in range(SHARD_CHANGE_RETRIES):
+            inner = self._inner_chunks(tasks)
+            blobs, runs = self._fetch_runs(inner, allocate)
+            # a shard replaced since its index was read (a writer elsewhere) holds other
+            # bytes at those offsets: read it again with its new index
+            now = self._tokens(inner.shard_keys)
+            changed = [
+                k for k, a, b in zip(inner.shard_keys, inner.tokens, now, strict=True) if a != b
+            ]
+            if not changed:
+                break
+            self._forget_indexes(changed)
+        else:
+            raise ChunkDecodeError(
+                self.name, changed[0], "the shard kept being replaced while it was read"
+            )
+        keys, rows, lengths = inner.keys, inner.rows, inner.lengths
+        data: list[memoryview | None] = [None] * len(tasks)
+        starts = (inner.offsets - runs.start[runs.of]).tolist()
+        for row, run, start, length in zip(
+            rows.tolist(), runs.of.tolist(), starts, lengths.tolist(), strict=True
+        ):
+            blob = blobs[run]
+            if blob is None or start + length > len(blob):
+                raise ChunkDecodeError(self.name, keys[row], "shard is shorter than its index says")
+            data[row] = blob[start : start + length]
+        return keys, data
+
+    def _fetch_runs(self, inner: _InnerChunks, allocate: Any) -> tuple[list[Any], Runs]:
+        """The stored bytes of the chunks of ``inner``, in runs of adjacent inner chunks."""
+        layout = self.layout
+        shard_keys, rows = inner.shard_keys, inner.rows
         offsets, lengths, shard_of = inner.offsets, inner.lengths, inner.shard_of
         if allocate is None:
             runs = merge_ranges(shard_of, offsets, lengths)
@@ -411,17 +491,7 @@ class ChunkedArrayReader:
             )
         ]
         hint = int((runs.stop - runs.start).sum()) // max(1, len(merged))
-        blobs = self.source.fetch(merged, allocate, hint)
-        data: list[memoryview | None] = [None] * len(tasks)
-        starts = (offsets - runs.start[runs.of]).tolist()
-        for row, run, start, length in zip(
-            rows.tolist(), runs.of.tolist(), starts, lengths.tolist(), strict=True
-        ):
-            blob = blobs[run]
-            if blob is None or start + length > len(blob):
-                raise ChunkDecodeError(self.name, keys[row], "shard is shorter than its index says")
-            data[row] = blob[start : start + length]
-        return keys, data
+        return self.source.fetch(merged, allocate, hint), runs
 
     def _inner_chunks(self, tasks: ChunkPlan) -> _InnerChunks:
         """Where each chunk of ``tasks`` lies in its shard (the shard indexes fetched once
@@ -432,7 +502,7 @@ class ChunkedArrayReader:
             self._prefix + self.layout.storage_key(tuple(c)) for c in chunks.shards.tolist()
         ]
         indexes = self._shard_indexes(shard_keys)
-        entries, present = inner_entries([indexes[k] for k in shard_keys], chunks, fmt)
+        entries, present = inner_entries([indexes[k][1] for k in shard_keys], chunks, fmt)
         keys = [
             f"{shard_keys[s]} (inner chunk {tuple(local)})"
             for s, local in zip(chunks.shard_of.tolist(), chunks.local.tolist(), strict=True)
@@ -447,6 +517,7 @@ class ChunkedArrayReader:
         return _InnerChunks(
             keys,
             shard_keys,
+            [indexes[k][0] for k in shard_keys],
             rows,
             chunks.shard_of[rows],
             entries[rows, 0].astype(np.int64),
@@ -470,23 +541,38 @@ class ChunkedArrayReader:
             )
         ]
 
-    def _shard_indexes(self, shard_keys: Sequence[str]) -> dict[str, np.ndarray | None]:
+    def _tokens(self, keys: Sequence[str]) -> list[Hashable]:
+        """Per key, the stored object's version now (see ``ByteSource.versions``); where
+        the source cannot tell, a token valid for this read only."""
+        return [v if v is not None else ("read", self._read_serial) for v in self._versions(keys)]
+
+    def _forget_indexes(self, keys: Sequence[str]) -> None:
+        with self._lock:
+            for k in keys:
+                self._index_cache.pop(k, None)
+
+    def _shard_indexes(
+        self, shard_keys: Sequence[str]
+    ) -> dict[str, tuple[Hashable, np.ndarray | None]]:
+        """Per shard, (its version, its index): cached while the shard stays unchanged."""
         fmt = self.layout.shard_index
-        found: dict[str, np.ndarray | None] = {}
+        tokens = dict(zip(shard_keys, self._tokens(shard_keys), strict=True))
+        found: dict[str, tuple[Hashable, np.ndarray | None]] = {}
         with self._lock:
             for k in shard_keys:
-                if k in self._index_cache:
+                entry = self._index_cache.get(k)
+                if entry is not None and entry[0] == tokens[k]:
                     self._index_cache.move_to_end(k)
-                    found[k] = self._index_cache[k]
+                    found[k] = entry
         missing = [k for k in shard_keys if k not in found]
         if missing:
             args = index_request_args(fmt)
             blobs = self.source.fetch([ByteRequest(k, **args) for k in missing])
             for k, blob in zip(missing, blobs, strict=True):
                 try:
-                    found[k] = parse_index(blob, fmt)
+                    found[k] = (tokens[k], parse_index(blob, fmt))
                 except ShardIndexError as exc:
-                    raise ChunkDecodeError(self.name, k, str(exc)) from None
+                    raise ChunkDecodeError(self.name, k, str(exc)) from exc
             with self._lock:
                 for k in missing:
                     self._index_cache[k] = found[k]

@@ -7,7 +7,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .codecs import ChecksumMismatch, crc32c_strip
+from ..codecs import crc32c
+from ..codecs.errors import CodecError
 from .layout import ShardIndexFormat
 
 MISSING = np.uint64(2**64 - 1)
@@ -25,8 +26,8 @@ def parse_index(data: memoryview | None, fmt: ShardIndexFormat) -> np.ndarray | 
         raise ShardIndexError(f"shard index is {len(data)} bytes, expected {fmt.nbytes}")
     if fmt.crc32c:
         try:
-            data = crc32c_strip(data)
-        except ChecksumMismatch as exc:
+            data = crc32c.strip(data)
+        except CodecError as exc:
             raise ShardIndexError(f"shard index {exc}") from None
     dtype = np.dtype("<u8" if fmt.little_endian else ">u8")
     return np.frombuffer(data, dtype=dtype).astype(np.uint64).reshape(fmt.inner_per_shard + (2,))

@@ -8,16 +8,18 @@ Regions that do not cover whole storage units are read first (read-modify-write)
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
+import numbers
 import os
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from ..errors import LinumpyGpuError
+from ..errors import ChunkWriteError, SelectionError, UnsupportedWriteError, WriteError
+from ..fileio import UnitLocks, write_file_atomically
 from .backend import Backend
 from .layout import ArrayLayout, layout_of
 from .reader import ChunkedArrayReader
@@ -26,14 +28,6 @@ from .selection import normalize_selection
 # Decoded bytes encoded per batch: large enough for nvCOMP to fill the GPU (measured on an
 # H200: ~800 MiB batches wrote the DESIGN volume 5.3x faster than zarr-python).
 WRITE_BATCH_BYTES = 768 << 20
-
-
-class UnsupportedWriteError(LinumpyGpuError, ValueError):
-    """The array's codecs or layout are not ones this writer produces."""
-
-
-class ChunkWriteError(LinumpyGpuError, OSError):
-    """Writing stored objects failed; says which and how many were written."""
 
 
 class ChunkedArrayWriter:
@@ -46,7 +40,11 @@ class ChunkedArrayWriter:
         *,
         name: str | None = None,
         batch_bytes: int | None = None,
+        locking: bool = True,
     ):
+        """``locking``: serialise writes of the same storage unit with other writers
+        (threads and processes; local stores only). A writer that owns the array alone
+        (a new store being built) does without."""
         self.array = array
         self.backend = backend
         self.name = name or str(array.store_path)
@@ -75,37 +73,72 @@ class ChunkedArrayWriter:
         self._root = getattr(self.store, "root", None)
         self.written = 0
         self._made_dirs: set[str] = set()
+        self._locks = None
+        if locking and self._root is not None:
+            self._locks = UnitLocks(os.path.join(os.fspath(self._root), *self._prefix.split("/")))
 
     # -- public ---------------------------------------------------------------------------
 
     def write(self, region: Any, block: Any, progress: Any = None) -> None:
-        """Write ``block`` (numpy or cupy) into ``region`` (integers / step-1 slices)."""
+        """Write ``block`` (numpy or cupy, of exactly the region's shape, or a scalar) into
+        ``region`` (integers and step-1 slices inside the array's bounds)."""
         layout = self.layout
+        check_write_bounds(region, layout.shape)
         sel = normalize_selection(region, layout.shape)
         if any(a.step != 1 or a.reversed for a in sel.axes):
             raise UnsupportedWriteError("region writes take step-1 slices and integers only")
-        block = self.backend.from_any(block)
-        if tuple(block.shape) != sel.shape:
-            if block.size != sel.size:
-                raise ValueError(
-                    f"block of shape {tuple(block.shape)} for a region of shape {sel.shape}"
-                )
-            block = block.reshape(sel.shape)
-        block = block.reshape(sel.full_shape).astype(layout.dtype, copy=False)
+        if sel.size == 0:
+            return
+        if hasattr(block, "dask") and hasattr(block, "compute"):
+            block = block.compute()  # a lazy block: its values are checked, then written
+        scalar = np.ndim(block) == 0 and not hasattr(block, "__cuda_array_interface__")
+        if not scalar and not all(hasattr(block, a) for a in ("shape", "dtype")):
+            block = np.asarray(block)
+        if not scalar and tuple(block.shape) != sel.shape:
+            raise WriteError(
+                f"{self.name}: a block of shape {tuple(block.shape)} for a region of shape "
+                f"{sel.shape}; the shapes must match exactly"
+            )
+        check_castable(np.asarray(block) if scalar else block, layout.dtype, self.name)
+        if scalar:
+            value = np.asarray(block).astype(layout.dtype)[()]
+        else:
+            value = self.backend.from_any(block).reshape(sel.full_shape)
+            value = value.astype(layout.dtype, copy=False)
         unit = layout.shard_shape or layout.chunk_shape
         starts = [a.start for a in sel.axes]
         stops = [a.start + a.count for a in sel.axes]
         lo = [s // u * u for s, u in zip(starts, unit, strict=True)]
         hi = [min(-(-e // u) * u, n) for e, u, n in zip(stops, unit, layout.shape, strict=True)]
-        if lo == starts and hi == stops:
-            data, origin = block, starts
-        else:  # read-modify-write of the partly covered units
-            expanded = tuple(slice(a, b) for a, b in zip(lo, hi, strict=True))
-            data = ChunkedArrayReader(self.array, self.backend, name=self.name).read(expanded)
-            inner = tuple(slice(s - a, e - a) for s, e, a in zip(starts, stops, lo, strict=True))
-            data[inner] = block
-            origin = lo
-        self._write_units(data, origin, progress)
+        aligned = lo == starts and hi == stops
+        with self._locked(lo, hi, unit):
+            if aligned and not scalar:
+                data = value
+            else:  # read-modify-write of the partly covered units
+                expanded = tuple(slice(a, b) for a, b in zip(lo, hi, strict=True))
+                if aligned:
+                    data = self.backend.empty(
+                        tuple(b - a for a, b in zip(lo, hi, strict=True)), layout.dtype
+                    )
+                else:
+                    data = ChunkedArrayReader(self.array, self.backend, name=self.name).read(
+                        expanded
+                    )
+                inner = tuple(
+                    slice(s - a, e - a) for s, e, a in zip(starts, stops, lo, strict=True)
+                )
+                data[inner] = value
+            self._write_units(data, lo, progress)
+
+    def _locked(self, lo: list[int], hi: list[int], unit: tuple[int, ...]) -> Any:
+        """The locks of the units between ``lo`` and ``hi`` (element bounds), held."""
+        if self._locks is None:
+            return contextlib.nullcontext()
+        grid = tuple(-(-n // u) for n, u in zip(self.layout.shape, unit, strict=True))
+        ranges = [range(a // u, -(-b // u)) for a, b, u in zip(lo, hi, unit, strict=True)]
+        coords = np.array(list(itertools.product(*ranges)), dtype=np.int64).reshape(-1, len(grid))
+        linear = np.ravel_multi_index(tuple(coords.T), grid) if len(coords) else []
+        return self._locks.hold(int(u) for u in linear)
 
     # -- stages ---------------------------------------------------------------------------
 
@@ -195,21 +228,22 @@ class ChunkedArrayWriter:
 
         def put(item):
             key, blob = item
-            self._put(key, blob)
+            try:
+                self._put(key, blob)
+            except OSError as exc:
+                raise ChunkWriteError(
+                    f"{self.name}: writing '{key}' failed ({type(exc).__name__}: "
+                    f"{exc.strerror or exc}); {self.written + len(done)} objects of this array "
+                    "were written before it, each whole"
+                ) from exc
             done.append(key)
 
-        try:
-            if self._root is not None and len(keys) > 1:
-                with ThreadPoolExecutor(min(32, len(keys))) as pool:
-                    list(pool.map(put, zip(keys, blobs, strict=True)))
-            else:
-                for item in zip(keys, blobs, strict=True):
-                    put(item)
-        except OSError as exc:
-            raise ChunkWriteError(
-                f"{self.name}: writing '{getattr(exc, 'filename', '?')}' failed ({exc}); "
-                f"{self.written + len(done)} objects of this array were written before it"
-            ) from exc
+        if self._root is not None and len(keys) > 1:
+            with ThreadPoolExecutor(min(32, len(keys))) as pool:
+                list(pool.map(put, zip(keys, blobs, strict=True)))
+        else:
+            for item in zip(keys, blobs, strict=True):
+                put(item)
         self.written += len(done)
 
     def _put(self, key: str, blob: bytes) -> None:
@@ -224,12 +258,7 @@ class ChunkedArrayWriter:
         if folder not in self._made_dirs:
             os.makedirs(folder, exist_ok=True)
             self._made_dirs.add(folder)
-        tmp = os.path.join(
-            os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}.partial"
-        )
-        with open(tmp, "wb") as f:
-            f.write(blob)
-        os.replace(tmp, path)
+        write_file_atomically(path, blob)
 
 
 def _assemble_shard(frames: list[bytes | None], regions: list[Any]) -> bytes:
@@ -248,3 +277,41 @@ def _assemble_shard(frames: list[bytes | None], regions: list[Any]) -> bytes:
     raw_index = index.tobytes()
     crc = google_crc32c.value(raw_index).to_bytes(4, "little")
     return b"".join(parts) + raw_index + crc
+
+
+def check_write_bounds(region: Any, shape: tuple[int, ...]) -> None:
+    """Refuse slices that reach past the array (numpy would clip them silently, and a
+    block written there would land somewhere the caller did not mean)."""
+    items = region if isinstance(region, tuple) else (region,)
+    items = tuple(i for i in items if i is not Ellipsis)
+    for axis, (item, n) in enumerate(zip(items, shape, strict=False)):
+        if isinstance(item, slice):
+            for bound in (item.start, item.stop):
+                if isinstance(bound, numbers.Integral) and not -n <= int(bound) <= n:
+                    raise SelectionError(
+                        f"slice {item.start}:{item.stop} on axis {axis} reaches past the array's "
+                        f"size {n} there"
+                    )
+
+
+def check_castable(block: Any, dtype: np.dtype, name: str) -> None:
+    """Refuse a block whose values cannot be stored as ``dtype`` without changing: floats
+    into integers, and integers outside the target's range (checked by value)."""
+    src = np.dtype(block.dtype)
+    if src == dtype or np.can_cast(src, dtype, "safe"):
+        return
+    if src.kind == "f" and dtype.kind == "f":
+        return  # a narrower float: rounding, as numpy's assignment does
+    if src.kind in "biu" and dtype.kind in "iu" and getattr(block, "size", 1):
+        info = np.iinfo(dtype)
+        low, high = int(block.min()), int(block.max())
+        if info.min <= low and high <= info.max:
+            return
+        raise WriteError(
+            f"{name}: values {low}..{high} do not fit the array's dtype {dtype} "
+            f"({info.min}..{info.max}); convert them first (e.g. np.clip(block, ...).astype(...))"
+        )
+    raise WriteError(
+        f"{name}: a block of dtype {src} cannot be stored as {dtype} without changing its "
+        f"values; convert it first (block.astype({str(dtype)!r}) after rounding or clipping)"
+    )

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from ..codecs import crc32c
+from ..codecs.errors import CodecError
 from ..engine.backend import PLACED, Backend, CpuBackend, EncodedChunk
-from ..engine.codecs import ChecksumMismatch, crc32c_strip
 from ..engine.fetch import ByteSource
 from ..engine.layout import ChunkFormat
 from ..env import env_float, env_int
@@ -361,8 +362,8 @@ class GpuBackend(Backend):
         for i, (key, data) in enumerate(chunks):
             if has_crc:
                 try:
-                    stripped = crc32c_strip(data)
-                except ChecksumMismatch as exc:
+                    stripped = crc32c.strip(data)
+                except CodecError as exc:
                     results[i] = ChunkDecodeError(array, key, str(exc))
                     continue
             else:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.codecs import zstd_decode_into
+from ..codecs.zstd import decode_into as zstd_decode_into
 from ..env import env_int
 from .side_pinned import GrowingHostBuffer
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 import time
 from collections import deque
@@ -28,6 +29,7 @@ from ..engine.fetch import (
     spans_in_file,
 )
 from ..env import env_int
+from ..errors import StoreError, StorePermissionError
 
 # Files open at once (kvikio opens each twice, with and without O_DIRECT): well under the
 # usual limit of 1024 descriptors.
@@ -259,12 +261,17 @@ class KvikioFileSource(LocalFileSource):
                 for key, members in by_key.items():
                     opened += 1
                     path = self.path_of(key)
+                    # refused before opening: kvikio's open would block on a FIFO
+                    if not _regular_file(path):
+                        continue  # a missing chunk: the fill value
                     try:
                         handle = kvikio.CuFile(path, "r")
                     except (RuntimeError, OSError) as exc:  # kvikio raises RuntimeError
-                        if not os.path.isfile(path):  # a missing chunk: the fill value
+                        if not os.path.exists(path):  # removed since: the fill value
                             continue
-                        raise OSError(f"could not open {path}: {exc}") from None
+                        if not os.access(path, os.R_OK):
+                            raise StorePermissionError(f"'{path}': permission denied") from exc
+                        raise StoreError(f"could not open '{path}': {exc}") from exc
                     group = _ReadGroup(path, handle)
                     in_flight.append(group)
                     size = os.fstat(handle.fileno()).st_size
@@ -320,4 +327,20 @@ class KvikioFileSource(LocalFileSource):
         if group.closes:
             group.handle.close()
         if error is not None:
-            raise OSError(f"could not read {group.path}: {error}") from error
+            raise StoreError(f"could not read {group.path}: {error}") from error
+
+
+def _regular_file(path: str) -> bool:
+    """True for a regular file, False where nothing is; anything else is refused."""
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise StoreError(f"'{path}': {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise StoreError(
+            f"'{path}' is not a regular file (a folder, FIFO or device where a stored object "
+            "should be)"
+        )
+    return True

@@ -1,0 +1,30 @@
+"""numcodecs' ``lz4`` codec: an LZ4 block after a 4-byte little-endian decoded size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import CodecError
+
+
+def declared_size(data: Any) -> int | None:
+    """The decoded size the 4-byte prefix declares, or None for a chunk too short to have one."""
+    view = memoryview(data).cast("B")
+    return int.from_bytes(view[:4], "little") if len(view) >= 4 else None
+
+
+def decode(data: Any, limit: int) -> Any:
+    """Decode with numcodecs once the prefix promises at most ``limit`` bytes."""
+    import numcodecs
+
+    declared = declared_size(data)
+    if declared is None:
+        raise CodecError("lz4: shorter than its 4-byte size prefix")
+    if declared > limit:
+        raise CodecError(
+            f"lz4: the chunk declares {declared} bytes, more than the {limit} it holds"
+        )
+    try:
+        return numcodecs.LZ4().decode(data)
+    except Exception as exc:  # numcodecs raises RuntimeError with LZ4's reason
+        raise CodecError(f"lz4: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,216 @@
+"""Safe file operations for local stores: atomic files, stores built beside and swapped in,
+and locks that serialise writers of the same storage unit across threads and processes.
+
+A reader never sees half a file (each is written under a temporary name and renamed), a
+store being replaced stays whole until the new one is complete (the new one is built in a
+hidden sibling folder and swapped in with one rename), and two writers that touch the same
+chunk or shard take turns instead of losing one another's updates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import re
+import shutil
+import threading
+import uuid
+from collections.abc import Iterable, Iterator
+
+from .errors import StoreError, StoreExistsError
+
+STAGING_SUFFIX = ".linumpy-gpu-partial"
+LOCK_FILE = ".linumpy-gpu.lock"
+# Files whose presence at a folder's top level makes it a zarr store (or group, or array).
+ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray", ".zattrs")
+
+
+# Files this process replaced, counted: a reader's cached view of a file (a shard's index)
+# is stale once the count moved, even where the file system's timestamps did not.
+_generations: dict[str, int] = {}
+_generations_lock = threading.Lock()
+
+
+def generation(path: str) -> int:
+    """How many times this process replaced ``path`` (0: never)."""
+    return _generations.get(path, 0)
+
+
+def write_file_atomically(path: str, data: bytes | memoryview) -> None:
+    """Write ``data`` to ``path`` under a temporary name in the same folder, then rename it
+    into place: readers see the old file or the new one, never part of either. The
+    temporary file is removed if anything fails."""
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex[:12]}.partial")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    finally:
+        with _generations_lock:
+            _generations[path] = _generations.get(path, 0) + 1
+
+
+def is_zarr_store(path: str) -> bool:
+    """Whether the folder ``path`` holds zarr metadata at its top level."""
+    return any(os.path.isfile(os.path.join(path, m)) for m in ZARR_MARKERS)
+
+
+def check_replaceable(target: str) -> None:
+    """Refuse to replace ``target`` unless it is a zarr store or an empty folder: an
+    ``overwrite=True`` aimed at the wrong folder must not delete what we did not write."""
+    if not os.path.lexists(target):
+        return
+    if os.path.islink(target) or not os.path.isdir(target):
+        raise StoreExistsError(
+            f"'{target}' exists and is not a folder; refusing to replace it with a store"
+        )
+    if os.listdir(target) and not is_zarr_store(target):
+        raise StoreExistsError(
+            f"'{target}' exists and is not a zarr store (no zarr.json, .zgroup or .zattrs at "
+            "its top level); refusing to replace it: choose another path or remove it yourself"
+        )
+
+
+@contextlib.contextmanager
+def built_beside(target: str, overwrite: bool) -> Iterator[str]:
+    """Yield a new hidden folder beside ``target`` to build a store in; once the block
+    finishes, swap it into ``target`` (replacing an existing store only with
+    ``overwrite``). If the block fails, the folder is removed and ``target`` is untouched."""
+    parent, base = os.path.split(os.path.abspath(target))
+    os.makedirs(parent, exist_ok=True)
+    remove_stale_staging(parent, base)
+    staging = os.path.join(parent, f".{base}.{os.getpid()}-{uuid.uuid4().hex[:8]}{STAGING_SUFFIX}")
+    os.mkdir(staging)
+    try:
+        yield staging
+        target = os.path.join(parent, base)
+        if os.path.lexists(target):
+            if not overwrite:
+                raise StoreExistsError(f"'{target}' appeared while it was being written")
+            check_replaceable(target)
+            _exchange(staging, target)  # staging now holds the old store
+        else:
+            os.rename(staging, target)
+            return
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def remove_stale_staging(parent: str, base: str) -> None:
+    """Remove folders that earlier writes of ``base`` left beside it when their process was
+    killed (named with that process's id; left alone while the process lives)."""
+    pattern = re.compile(re.escape(f".{base}.") + r"(\d+)-[0-9a-f]{8}" + re.escape(STAGING_SUFFIX))
+    with contextlib.suppress(OSError):
+        for name in os.listdir(parent):
+            found = pattern.fullmatch(name)
+            if found and not _process_alive(int(found.group(1))):
+                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _exchange(a: str, b: str) -> None:
+    """Swap two folders atomically where the kernel can (Linux renameat2), else with two
+    renames (a crash between them leaves the old store under a hidden name beside ``b``)."""
+    if _renameat2(a, b):
+        return
+    parked = f"{a}.old"
+    os.rename(b, parked)
+    try:
+        os.rename(a, b)
+    except BaseException:
+        os.rename(parked, b)
+        raise
+    os.rename(parked, a)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _renameat2(a: str, b: str) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    rc = fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise StoreError(f"could not swap '{a}' into '{b}': {os.strerror(err)}")
+
+
+class UnitLocks:
+    """Exclusive locks on the storage units (chunks, or shards) of one array in a local
+    store, held while a writer reads, modifies and replaces them.
+
+    Across processes: POSIX record locks on one byte per unit of a lock file in the array's
+    folder (the kernel drops them when a process dies). Within a process, where record
+    locks do not exclude one another: one of a fixed set of thread locks per unit. Units
+    are always locked in increasing order, so writers cannot deadlock."""
+
+    _thread_locks = [threading.Lock() for _ in range(1024)]
+    _files: dict[str, int] = {}
+    _files_lock = threading.Lock()
+
+    def __init__(self, array_dir: str):
+        self.path = os.path.join(array_dir, LOCK_FILE)
+
+    def _fd(self) -> int:
+        with self._files_lock:
+            fd = self._files.get(self.path)
+            if fd is None:
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                # kept open for the life of the process: closing any descriptor of the file
+                # would drop every record lock this process holds on it
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+                self._files[self.path] = fd
+            return fd
+
+    @contextlib.contextmanager
+    def hold(self, units: Iterable[int]) -> Iterator[None]:
+        """Hold the locks of ``units`` (linear unit numbers) for the block."""
+        ordered = sorted(set(units))
+        stripes = sorted({hash((self.path, u)) % len(self._thread_locks) for u in ordered})
+        held_threads: list[threading.Lock] = []
+        held_units: list[int] = []
+        fd = self._fd()
+        try:
+            for s in stripes:
+                lock = self._thread_locks[s]
+                lock.acquire()
+                held_threads.append(lock)
+            for u in ordered:
+                fcntl.lockf(fd, fcntl.LOCK_EX, 1, u)
+                held_units.append(u)
+            yield
+        finally:
+            for u in reversed(held_units):
+                with contextlib.suppress(OSError):
+                    fcntl.lockf(fd, fcntl.LOCK_UN, 1, u)
+            for lock in reversed(held_threads):
+                lock.release()

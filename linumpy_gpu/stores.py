@@ -1,0 +1,207 @@
+"""Where a store lives: local paths, URLs (through fsspec) and zarr store objects.
+
+Every public entry point turns what the user passed into a zarr store here, so a URL is
+never mistaken for a local path, and every failure of the layers below (zarr, fsspec,
+aiohttp, botocore, the operating system) reaches the user as one of linumpy_gpu's errors
+that names the store and says what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import (
+    InvalidArgumentError,
+    InvalidMetadataError,
+    LinumpyGpuError,
+    MissingDependencyError,
+    NotOmeZarrError,
+    RemoteStoreError,
+    StoreError,
+    StoreNotFoundError,
+    StorePermissionError,
+)
+
+READ_MODES = ("r", "r+")
+
+# fsspec's protocol -> the package that implements it (fsspec names it only in prose)
+_PROTOCOL_PACKAGES = {
+    "s3": "s3fs",
+    "s3a": "s3fs",
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "az": "adlfs",
+    "abfs": "adlfs",
+    "http": "aiohttp",
+    "https": "aiohttp",
+}
+# Protocols that can only be read.
+_READ_ONLY_PROTOCOLS = ("http", "https")
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """A resolved store: the zarr store, a name for messages, and the local directory when
+    the store is one (the fast paths read and write files directly)."""
+
+    store: Any
+    where: str
+    local_root: str | None
+    protocol: str | None = None  # the URL's protocol, None for local paths and store objects
+
+
+def split_protocol(path: str) -> tuple[str | None, str]:
+    """``("s3", "bucket/x.zarr")`` for ``"s3://bucket/x.zarr"``; ``(None, path)`` else."""
+    if "://" in path:
+        protocol, rest = path.split("://", 1)
+        if protocol and protocol.replace("+", "").replace("-", "").isalnum():
+            return protocol.lower(), rest
+    return None, path
+
+
+def locate(
+    path: Any,
+    *,
+    mode: str = "r",
+    storage_options: dict[str, Any] | None = None,
+    must_exist: bool = True,
+) -> StoreLocation:
+    """Resolve ``path`` (a local path, a URL, or a zarr store) for ``mode`` ("r": read only,
+    "r+": read and write, "w": create). Local paths that do not exist raise
+    :class:`StoreNotFoundError` when ``must_exist``."""
+    if mode not in ("r", "r+", "w"):
+        raise InvalidArgumentError(f"mode must be 'r' or 'r+', got {mode!r}")
+    read_only = mode == "r"
+    if isinstance(path, os.PathLike | str):
+        text = os.fspath(path)
+        if not isinstance(text, str):
+            raise InvalidArgumentError(f"store paths must be text, got {path!r}")
+        protocol, rest = split_protocol(text)
+        if protocol == "file":
+            text, protocol = rest, None
+        if protocol is None:
+            return _local(text, read_only, must_exist)
+        if storage_options is not None and not isinstance(storage_options, dict):
+            raise InvalidArgumentError("storage_options must be a dict")
+        if protocol in _READ_ONLY_PROTOCOLS and not read_only:
+            raise InvalidArgumentError(
+                f"'{text}' is served over {protocol}, which is read-only: write to a local "
+                "path or to an object store (s3://, gs://, memory://, ...) instead"
+            )
+        return _remote(text, protocol, read_only, storage_options)
+    if storage_options:
+        raise InvalidArgumentError("storage_options apply to URLs only, not to store objects")
+    from zarr.abc.store import Store
+
+    if isinstance(path, Store):
+        root = getattr(path, "root", None)
+        local = os.fspath(root) if type(path).__name__ in ("LocalStore", "GDSStore") else None
+        return StoreLocation(path, str(path), local)
+    raise InvalidArgumentError(
+        f"expected a path, a URL or a zarr store, got {type(path).__module__}.{type(path).__name__}"
+    )
+
+
+def _local(text: str, read_only: bool, must_exist: bool) -> StoreLocation:
+    import zarr
+
+    where = os.path.abspath(os.path.expanduser(text))
+    if must_exist and not os.path.exists(where):
+        raise StoreNotFoundError(f"no such file or directory: '{where}'")
+    if os.path.exists(where) and not os.path.isdir(where):
+        raise StoreError(f"'{where}' is a file; an OME-Zarr store is a directory")
+    store = zarr.storage.LocalStore(where, read_only=read_only)
+    return StoreLocation(store, where, where)
+
+
+def _remote(
+    url: str, protocol: str, read_only: bool, storage_options: dict[str, Any] | None
+) -> StoreLocation:
+    import zarr
+
+    with translated_errors(url):
+        try:
+            store = zarr.storage.FsspecStore.from_url(
+                url, storage_options=storage_options, read_only=read_only
+            )
+        except TypeError as exc:  # unknown keys in storage_options
+            raise InvalidArgumentError(f"storage_options for '{url}': {exc}") from exc
+    return StoreLocation(store, url, None, protocol)
+
+
+@contextlib.contextmanager
+def translated_errors(where: str, what: str = "store", metadata: bool = False) -> Iterator[None]:
+    """Re-raise failures of the libraries below as linumpy_gpu errors naming ``where``.
+    ``metadata``: the block parses zarr metadata, so any ValueError, TypeError or KeyError
+    from zarr means metadata it refused."""
+    try:
+        yield
+    except LinumpyGpuError:
+        raise
+    except Exception as exc:
+        translated = translate(exc, where, what)
+        if translated is None and metadata and isinstance(exc, ValueError | TypeError | KeyError):
+            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            translated = InvalidMetadataError(where, "zarr metadata", "valid zarr metadata", text)
+        if translated is None:
+            raise
+        raise translated from exc
+
+
+def translate(exc: BaseException, where: str, what: str = "store") -> LinumpyGpuError | None:
+    """The linumpy_gpu error for a failure ``exc`` met while using ``where``, or None when
+    the failure is not one a user can cause (a bug: let it surface as it is)."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    module = type(exc).__module__ or ""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "NoCredentialsError" in names or "PartialCredentialsError" in names:
+        return RemoteStoreError(
+            f"'{where}': no credentials found ({text}). For a public bucket pass "
+            "storage_options={'anon': True}; otherwise configure credentials (environment, "
+            "~/.aws/credentials) or pass them in storage_options"
+        )
+    if "ClientError" in names and module.startswith("botocore"):
+        code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+        if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+            return StorePermissionError(
+                f"'{where}': access denied ({text}); check the credentials, or pass "
+                "storage_options={'anon': True} for a public bucket"
+            )
+        return RemoteStoreError(f"'{where}': the object store refused the request ({text})")
+    if isinstance(exc, ImportError):
+        protocol, _ = split_protocol(where)
+        package = _PROTOCOL_PACKAGES.get(protocol or "", getattr(exc, "name", None) or "")
+        hint = f"pip install {package}" if package else "install the fsspec backend it names"
+        return MissingDependencyError(f"'{where}' needs a package that is missing: {text} ({hint})")
+    if isinstance(exc, RecursionError):
+        return InvalidMetadataError(
+            where, "metadata", "JSON of reasonable depth", "nesting too deep"
+        )
+    if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
+        return InvalidMetadataError(where, "zarr metadata", "valid JSON", text)
+    if isinstance(exc, PermissionError):
+        return StorePermissionError(
+            f"'{where}': permission denied ({text}); check the file permissions"
+        )
+    if isinstance(exc, IsADirectoryError | NotADirectoryError):
+        return StoreError(f"'{where}': a directory and a file are mixed up in the {what} ({text})")
+    if "ContainsArrayError" in names:
+        return NotOmeZarrError(where, "zarr.json / .zgroup", "a zarr group", "an array")
+    if "GroupNotFoundError" in names or "NodeNotFoundError" in names:
+        return StoreNotFoundError(f"'{where}' holds no zarr group ({text})")
+    if isinstance(exc, FileNotFoundError):
+        return StoreNotFoundError(f"'{where}': not found ({text})")
+    if module.startswith("aiohttp") or isinstance(exc, ConnectionError | TimeoutError):
+        return RemoteStoreError(f"'{where}' could not be reached ({type(exc).__name__}: {text})")
+    if "MetadataValidationError" in names or "NodeTypeValidationError" in names:
+        return InvalidMetadataError(where, "zarr metadata", "valid zarr metadata", text)
+    if "UnknownCodecError" in names:
+        return InvalidMetadataError(where, "codecs", "codecs zarr-python knows", text)
+    if isinstance(exc, OSError):
+        return StoreError(f"'{where}': {type(exc).__name__}: {text}")
+    return None
