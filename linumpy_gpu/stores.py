@@ -113,7 +113,7 @@ def _local(text: str, read_only: bool, must_exist: bool) -> StoreLocation:
     where = os.path.abspath(os.path.expanduser(text))
     if must_exist and not os.path.exists(where):
         raise StoreNotFoundError(f"no such file or directory: '{where}'")
-    if os.path.exists(where) and not os.path.isdir(where):
+    if must_exist and not os.path.isdir(where):
         raise StoreError(f"'{where}' is a file; an OME-Zarr store is a directory")
     store = zarr.storage.LocalStore(where, read_only=read_only)
     return StoreLocation(store, where, where)

@@ -8,11 +8,12 @@ async store API, gathered on zarr's event loop.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -61,6 +62,16 @@ class ByteRequest:
     offset: int = 0
     length: int | None = None
     suffix: int | None = None
+    fd: int | None = None  # an open handle of the object (a source's pin) to read through
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A stored object held open: reads through ``fd`` see one version of it (``version``),
+    whatever replaces the path meanwhile."""
+
+    fd: int
+    version: Hashable
 
 
 Allocator = Callable[[int], "memoryview | None"]
@@ -85,8 +96,8 @@ class ByteSource(Protocol):
         ...
 
 
-def open_regular(path: str) -> tuple[int, int] | None:
-    """Open a stored object for reading: (descriptor, size), or None where it does not
+def open_regular(path: str) -> tuple[int, os.stat_result] | None:
+    """Open a stored object for reading: (descriptor, its stat), or None where it does not
     exist. Anything but a regular file (a FIFO, a device, a folder) is refused before a
     read can block on it or return what is not the object's bytes."""
     try:
@@ -104,15 +115,17 @@ def open_regular(path: str) -> tuple[int, int] | None:
             f"'{path}' is not a regular file (a folder, FIFO or device where a stored object "
             "should be)"
         )
-    return fd, info.st_size
+    return fd, info
 
 
-def file_version(path: str) -> Hashable | None:
-    """A token that changes whenever ``path`` is replaced or rewritten, None if missing."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
+def file_version(path: str, info: os.stat_result | None = None) -> Hashable | None:
+    """A token that changes whenever ``path`` is replaced or rewritten (from ``info``, its
+    stat, where given), None if missing."""
+    if info is None:
+        try:
+            info = os.stat(path)
+        except OSError:
+            return None
     return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, fileio.generation(path))
 
 
@@ -150,6 +163,23 @@ class LocalFileSource:
 
     def versions(self, keys: Sequence[str]) -> list[Hashable | None]:
         return [file_version(self.path_of(k)) for k in keys]
+
+    @contextlib.contextmanager
+    def pinned(self, keys: Sequence[str]) -> Iterator[dict[str, Pin]]:
+        """The files of ``keys`` held open for the block (missing ones left out): requests
+        carrying a pin's ``fd`` read that version of the file."""
+        pins: dict[str, Pin] = {}
+        try:
+            for key in keys:
+                path = self.path_of(key)
+                opened = open_regular(path)
+                if opened is not None:
+                    fd, info = opened
+                    pins[key] = Pin(fd, file_version(path, info))
+            yield pins
+        finally:
+            for pin in pins.values():
+                os.close(pin.fd)
 
     def warm_metadata(self, keys: Sequence[str]) -> list[Future]:
         """Look up the files of ``keys`` from DISK_THREADS threads, without waiting: on a
@@ -190,10 +220,14 @@ class LocalFileSource:
         requests: Sequence[ByteRequest],
         allocate: Allocator | None,
     ) -> list[memoryview | None]:
-        opened = open_regular(self.path_of(key))
-        if opened is None:
-            return [None] * len(requests)
-        fd, size = opened
+        pinned = requests[0].fd
+        if pinned is not None:
+            fd, size = pinned, os.fstat(pinned).st_size
+        else:
+            opened = open_regular(self.path_of(key))
+            if opened is None:
+                return [None] * len(requests)
+            fd, size = opened[0], opened[1].st_size
         try:
             whole = requests[0]
             if len(requests) == 1 and not whole.offset and whole.length is whole.suffix is None:
@@ -221,7 +255,8 @@ class LocalFileSource:
                 self._read_run(fd, run, spans, out, allocate)
             return out
         finally:
-            os.close(fd)
+            if pinned is None:
+                os.close(fd)
 
     @staticmethod
     def _read_run(fd, run, spans, out, allocate) -> None:
@@ -305,11 +340,15 @@ class LocalFileSource:
         fds = []
         try:
             for key, members in files:
-                opened = open_regular(self.path_of(key))
-                if opened is None:
-                    continue
-                fd, size = opened
-                fds.append(fd)
+                pinned = requests[members[0]].fd
+                if pinned is not None:
+                    fd, size = pinned, os.fstat(pinned).st_size
+                else:
+                    opened = open_regular(self.path_of(key))
+                    if opened is None:
+                        continue
+                    fd, size = opened[0], opened[1].st_size
+                    fds.append(fd)
                 spans = {}
                 for i in members:
                     r = requests[i]

@@ -45,8 +45,8 @@ from .sharding import (
 
 # Longest run of adjacent inner chunks of a shard read into staging in one request.
 STAGED_RUN_BYTES = 8 << 20
-# Times a batch's shards are read again when a writer replaced them meanwhile.
-SHARD_CHANGE_RETRIES = 4
+# Shards of a batch held open at once (well under the usual limit on open files).
+PINNED_SHARDS = 256
 
 
 @dataclass
@@ -56,7 +56,6 @@ class _InnerChunks:
 
     keys: list[str]
     shard_keys: list[str]
-    tokens: list[Hashable]  # per shard, the version its index was read from
     rows: np.ndarray
     shard_of: np.ndarray
     offsets: np.ndarray
@@ -443,35 +442,49 @@ class ChunkedArrayReader:
             hint = int(layout.chunk.nbytes * self._stored_fraction) if layout.chunk else None
             data = self.source.fetch([ByteRequest(k) for k in keys], allocate, hint)
             return keys, data
-        for _ in range(SHARD_CHANGE_RETRIES):
-            inner = self._inner_chunks(tasks)
-            blobs, runs = self._fetch_runs(inner, allocate)
-            # a shard replaced since its index was read (a writer elsewhere) holds other
-            # bytes at those offsets: read it again with its new index
-            now = self._tokens(inner.shard_keys)
-            changed = [
-                k for k, a, b in zip(inner.shard_keys, inner.tokens, now, strict=True) if a != b
-            ]
-            if not changed:
-                break
-            self._forget_indexes(changed)
-        else:
-            raise ChunkDecodeError(
-                self.name, changed[0], "the shard kept being replaced while it was read"
-            )
-        keys, rows, lengths = inner.keys, inner.rows, inner.lengths
+        chunks = inner_chunks(tasks.coords, layout.shard_index)
+        n_shards = len(chunks.shards)
+        keys: list[str] = [""] * len(tasks)
         data: list[memoryview | None] = [None] * len(tasks)
-        starts = (inner.offsets - runs.start[runs.of]).tolist()
-        for row, run, start, length in zip(
-            rows.tolist(), runs.of.tolist(), starts, lengths.tolist(), strict=True
-        ):
-            blob = blobs[run]
-            if blob is None or start + length > len(blob):
-                raise ChunkDecodeError(self.name, keys[row], "shard is shorter than its index says")
-            data[row] = blob[start : start + length]
+        # shards are held open while their index and their chunks are read, so both come
+        # from one version of the file even while a writer replaces it; a few at a time
+        for first in range(0, n_shards, PINNED_SHARDS):
+            if n_shards <= PINNED_SHARDS:
+                rows = np.arange(len(tasks))
+            else:
+                in_group = (chunks.shard_of >= first) & (chunks.shard_of < first + PINNED_SHARDS)
+                rows = np.flatnonzero(in_group)
+            shard_keys = [
+                self._prefix + layout.storage_key(tuple(c))
+                for c in chunks.shards[first : first + PINNED_SHARDS].tolist()
+            ]
+            with self._pinned(shard_keys) as pins:
+                inner = self._inner_chunks(tasks.coords[rows], pins)
+                blobs, runs = self._fetch_runs(inner, allocate, pins)
+            for i, key in zip(rows.tolist(), inner.keys, strict=True):
+                keys[i] = key
+            starts = (inner.offsets - runs.start[runs.of]).tolist()
+            for row, run, start, length in zip(
+                inner.rows.tolist(), runs.of.tolist(), starts, inner.lengths.tolist(), strict=True
+            ):
+                blob = blobs[run]
+                if blob is None or start + length > len(blob):
+                    raise ChunkDecodeError(
+                        self.name, inner.keys[row], "shard is shorter than its index says"
+                    )
+                data[int(rows[row])] = blob[start : start + length]
+            if n_shards <= PINNED_SHARDS:
+                break
         return keys, data
 
-    def _fetch_runs(self, inner: _InnerChunks, allocate: Any) -> tuple[list[Any], Runs]:
+    def _pinned(self, keys: Sequence[str]) -> Any:
+        """The source's open handles of ``keys`` for the block (none where it has none)."""
+        pinned = getattr(self.source, "pinned", None)
+        return pinned(keys) if pinned is not None else contextlib.nullcontext({})
+
+    def _fetch_runs(
+        self, inner: _InnerChunks, allocate: Any, pins: dict[str, Any]
+    ) -> tuple[list[Any], Runs]:
         """The stored bytes of the chunks of ``inner``, in runs of adjacent inner chunks."""
         layout = self.layout
         shard_keys, rows = inner.shard_keys, inner.rows
@@ -485,7 +498,7 @@ class ChunkedArrayReader:
         else:  # each inner chunk to its own aligned staging slot, ready for the device
             runs = Runs(np.arange(len(rows)), shard_of, offsets, offsets + lengths)
         merged = [
-            ByteRequest(shard_keys[s], a, b - a)
+            ByteRequest(shard_keys[s], a, b - a, fd=_fd_of(pins, shard_keys[s]))
             for s, a, b in zip(
                 runs.key.tolist(), runs.start.tolist(), runs.stop.tolist(), strict=True
             )
@@ -493,15 +506,16 @@ class ChunkedArrayReader:
         hint = int((runs.stop - runs.start).sum()) // max(1, len(merged))
         return self.source.fetch(merged, allocate, hint), runs
 
-    def _inner_chunks(self, tasks: ChunkPlan) -> _InnerChunks:
-        """Where each chunk of ``tasks`` lies in its shard (the shard indexes fetched once
-        and cached)."""
+    def _inner_chunks(self, coords: np.ndarray, pins: dict[str, Any] | None) -> _InnerChunks:
+        """Where each chunk at grid ``coords`` lies in its shard (the shard indexes read
+        through ``pins``, the shards' open handles, and cached while a shard is unchanged;
+        without pins, the cached indexes as they are: for hints only)."""
         fmt = self.layout.shard_index
-        chunks = inner_chunks(tasks.coords, fmt)
+        chunks = inner_chunks(coords, fmt)
         shard_keys = [
             self._prefix + self.layout.storage_key(tuple(c)) for c in chunks.shards.tolist()
         ]
-        indexes = self._shard_indexes(shard_keys)
+        indexes = self._shard_indexes(shard_keys, pins)
         entries, present = inner_entries([indexes[k][1] for k in shard_keys], chunks, fmt)
         keys = [
             f"{shard_keys[s]} (inner chunk {tuple(local)})"
@@ -517,7 +531,6 @@ class ChunkedArrayReader:
         return _InnerChunks(
             keys,
             shard_keys,
-            [indexes[k][0] for k in shard_keys],
             rows,
             chunks.shard_of[rows],
             entries[rows, 0].astype(np.int64),
@@ -532,7 +545,7 @@ class ChunkedArrayReader:
             return [
                 ByteRequest(self._prefix + self.layout.storage_key(c)) for c in tasks.coord_tuples()
             ]
-        inner = self._inner_chunks(tasks)
+        inner = self._inner_chunks(tasks.coords, None)
         runs = merge_ranges(inner.shard_of, inner.offsets, inner.lengths)
         return [
             ByteRequest(inner.shard_keys[k], a, b - a)
@@ -541,33 +554,44 @@ class ChunkedArrayReader:
             )
         ]
 
-    def _tokens(self, keys: Sequence[str]) -> list[Hashable]:
-        """Per key, the stored object's version now (see ``ByteSource.versions``); where
-        the source cannot tell, a token valid for this read only."""
-        return [v if v is not None else ("read", self._read_serial) for v in self._versions(keys)]
-
     def _forget_indexes(self, keys: Sequence[str]) -> None:
         with self._lock:
             for k in keys:
                 self._index_cache.pop(k, None)
 
     def _shard_indexes(
-        self, shard_keys: Sequence[str]
+        self, shard_keys: Sequence[str], pins: dict[str, Any] | None
     ) -> dict[str, tuple[Hashable, np.ndarray | None]]:
-        """Per shard, (its version, its index): cached while the shard stays unchanged."""
+        """Per shard, (its version, its index). With ``pins`` (the shards held open), the
+        version is the open file's, and a cached index is used only for that version; a
+        source that cannot hold files open versions nothing, and its indexes are trusted
+        for one read."""
         fmt = self.layout.shard_index
-        tokens = dict(zip(shard_keys, self._tokens(shard_keys), strict=True))
+        holds_files = hasattr(self.source, "pinned")
         found: dict[str, tuple[Hashable, np.ndarray | None]] = {}
+        tokens: dict[str, Hashable] = {}
+        for k in shard_keys:
+            if pins is None:
+                tokens[k] = None  # hints: any cached version
+            elif holds_files:
+                pin = pins.get(k)
+                if pin is None:
+                    found[k] = (None, None)  # no such shard: every chunk is the fill value
+                    continue
+                tokens[k] = pin.version
+            else:
+                tokens[k] = ("read", self._read_serial)
         with self._lock:
-            for k in shard_keys:
+            for k, token in tokens.items():
                 entry = self._index_cache.get(k)
-                if entry is not None and entry[0] == tokens[k]:
+                if entry is not None and (token is None or entry[0] == token):
                     self._index_cache.move_to_end(k)
                     found[k] = entry
-        missing = [k for k in shard_keys if k not in found]
+        missing = [k for k in tokens if k not in found]
         if missing:
             args = index_request_args(fmt)
-            blobs = self.source.fetch([ByteRequest(k, **args) for k in missing])
+            requests = [ByteRequest(k, fd=_fd_of(pins, k), **args) for k in missing]
+            blobs = self.source.fetch(requests)
             for k, blob in zip(missing, blobs, strict=True):
                 try:
                     found[k] = (tokens[k], parse_index(blob, fmt))
@@ -716,3 +740,8 @@ class _SharedChunks(_Targets):
 
 def _new_profile() -> dict[str, float]:
     return {"plan": 0.0, "fetch": 0.0, "wait_fetch": 0.0, "decode": 0.0, "place": 0.0}
+
+
+def _fd_of(pins: dict[str, Any] | None, key: str) -> int | None:
+    pin = None if pins is None else pins.get(key)
+    return None if pin is None else pin.fd

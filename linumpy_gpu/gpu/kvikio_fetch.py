@@ -260,9 +260,12 @@ class KvikioFileSource(LocalFileSource):
             try:
                 for key, members in by_key.items():
                     opened += 1
-                    path = self.path_of(key)
+                    pinned = requests[members[0]].fd
+                    # a pinned file is read through its open handle: the version its index
+                    # came from, whatever replaced the path since
+                    path = f"/proc/self/fd/{pinned}" if pinned is not None else self.path_of(key)
                     # refused before opening: kvikio's open would block on a FIFO
-                    if not _regular_file(path):
+                    if pinned is None and not _regular_file(path):
                         continue  # a missing chunk: the fill value
                     try:
                         handle = kvikio.CuFile(path, "r")

@@ -1,0 +1,297 @@
+"""Region writes into existing levels: exact shapes, dtypes and bounds; writers that share a
+chunk or shard take turns (threads and processes); a killed writer leaves every chunk old
+or new; reads always see what is on disk when they start."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import linumpy_gpu as lg
+
+from .safety_helpers import small_store, snapshot, volume
+
+
+@pytest.fixture(params=["chunks", "shards"])
+def store(request, tmp_path):
+    path = tmp_path / "regions.ome.zarr"
+    kwargs = dict(levels=2)
+    if request.param == "shards":
+        kwargs.update(chunks=(4, 8, 8), shards=(8, 16, 16))
+    small_store(path, **kwargs)
+    return path
+
+
+# -- shapes, dtypes, bounds ---------------------------------------------------------------
+
+BAD_BLOCKS = {
+    "same_size_other_shape": ((slice(0, 4), slice(0, 8), slice(0, 8)), np.zeros((8, 4, 8), "u2")),
+    "transposed": ((slice(0, 4), slice(0, 8), slice(0, 6)), np.zeros((6, 8, 4), "u2")),
+    "too_small": ((slice(0, 4), slice(0, 8), slice(0, 8)), np.zeros((4, 8, 7), "u2")),
+    "extra_axis": ((slice(0, 4), slice(0, 8), slice(0, 8)), np.zeros((1, 4, 8, 8), "u2")),
+    "dropped_axis_kept": ((2, slice(0, 8), slice(0, 8)), np.zeros((2, 8, 8), "u2")),
+    "float_into_uint16": ((slice(0, 4),), np.full((4, 32, 32), 1.5)),
+    "negative_into_uint16": ((slice(0, 4),), np.full((4, 32, 32), -1, dtype="i4")),
+    "too_large_for_uint16": ((slice(0, 4),), np.full((4, 32, 32), 70000, dtype="i8")),
+    "float_scalar": ((slice(0, 4),), 2.5),
+    "huge_scalar": ((slice(0, 4),), 1 << 20),
+    "complex": ((slice(0, 4),), np.zeros((4, 32, 32), "c8")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_BLOCKS))
+def test_bad_blocks_are_refused_and_the_store_is_unchanged(store, case):
+    region, block = BAD_BLOCKS[case]
+    img = lg.open_ome_zarr(store, mode="r+")
+    before = snapshot(store)
+    with pytest.raises(lg.WriteError):
+        img[0][region] = block
+    assert snapshot(store) == before
+
+
+BAD_REGIONS = {
+    "past_end": (slice(10, 20),),
+    "start_past_end": (slice(17, 18),),
+    "negative_past_start": (slice(-20, 4),),
+    "second_axis_past_end": (slice(0, 4), slice(0, 40)),
+    "integer_out_of_range": (16,),
+    "step": (slice(0, 8, 2),),
+    "reversed": (slice(None, None, -1),),
+    "array_index": (np.array([0, 1]),),
+    "too_many_axes": (0, 0, 0, 0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_REGIONS))
+def test_regions_outside_the_array_or_not_plain_are_refused(store, case):
+    img = lg.open_ome_zarr(store, mode="r+")
+    before = snapshot(store)
+    with pytest.raises(lg.LinumpyGpuError) as info:
+        img[0][BAD_REGIONS[case]] = 1
+    assert isinstance(info.value, lg.SelectionError | lg.WriteError)
+    assert snapshot(store) == before
+
+
+def test_good_region_writes(store):
+    img = lg.open_ome_zarr(store, mode="r+")
+    expected = volume()
+    img[0][1:5, 3:19, 2:30] = np.full((4, 16, 28), 9, "u2")
+    expected[1:5, 3:19, 2:30] = 9
+    img[0][7] = np.arange(32 * 32, dtype="i8").reshape(32, 32)  # int64 values that fit
+    expected[7] = np.arange(32 * 32).reshape(32, 32)
+    img[0][8:16, 16:32, 0:16] = 5  # a scalar fills the region
+    expected[8:16, 16:32, 0:16] = 5
+    img[0][-2:, -3:, :] = np.ones((2, 3, 32), "u1")  # a narrower dtype is safe
+    expected[-2:, -3:, :] = 1
+    np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], expected)
+    np.testing.assert_array_equal(img[0][...], expected)  # the writing handle too
+
+
+def test_read_only_handle_refuses_writes(store):
+    img = lg.open_ome_zarr(store)
+    with pytest.raises(lg.StorePermissionError, match="mode='r\\+'"):
+        img[0][0:2] = 1
+
+
+# -- reads reflect what is on disk --------------------------------------------------------
+
+
+def test_reads_after_region_writes_and_update_pyramid_see_the_new_data(store):
+    img = lg.open_ome_zarr(store, mode="r+")
+    reader = lg.open_ome_zarr(store)
+    before1 = reader[1][...]  # fills every cache the reader has
+    img[0][0:8] = np.full((8, 32, 32), 4000, "u2")
+    expected = volume()
+    expected[0:8] = 4000
+    np.testing.assert_array_equal(reader[0][...], expected)
+    np.testing.assert_array_equal(img[0][...], expected)
+    img.update_pyramid((slice(0, 8),))
+    level1 = reader[1][...]
+    assert (level1[0:4] == 4000).all()
+    np.testing.assert_array_equal(level1[4:], before1[4:])
+
+
+def test_reads_see_a_shard_rewritten_by_another_process(store):
+    reader = lg.open_ome_zarr(store)
+    reader[0][...]
+    script = (
+        "import numpy as np, linumpy_gpu as lg\n"
+        f"img = lg.open_ome_zarr({str(store)!r}, mode='r+')\n"
+        "img[0][0:8, 0:16, 0:16] = np.full((8, 16, 16), 123, 'u2')\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+    expected = volume()
+    expected[0:8, 0:16, 0:16] = 123
+    np.testing.assert_array_equal(reader[0][...], expected)
+
+
+def test_reads_see_a_store_rewritten_by_zarr_python_in_place(tmp_path):
+    """zarr-python rewrites shards in place (not atomically): once it is done, our cached
+    indexes must not be used."""
+    import zarr
+
+    path = tmp_path / "zp.ome.zarr"
+    small_store(path, chunks=(4, 8, 8), shards=(8, 16, 16))
+    reader = lg.open_ome_zarr(path)
+    reader[0][...]
+    arr = zarr.open_array(path / "0", mode="r+")
+    changed = volume(seed=4)
+    arr[...] = changed
+    np.testing.assert_array_equal(reader[0][...], changed)
+
+
+# -- concurrent writers -------------------------------------------------------------------
+
+
+def _writer_process(path: str, region: tuple, value: int, repeat: int) -> None:
+    img = lg.open_ome_zarr(path, mode="r+")
+    shape = tuple(s.stop - s.start for s in region)
+    for _ in range(repeat):
+        img[0][region] = np.full(shape, value, "u2")
+
+
+def _run_processes(path, regions, repeat=3):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(target=_writer_process, args=(str(path), r, 100 + k, repeat))
+        for k, r in enumerate(regions)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    assert [p.exitcode for p in procs] == [0] * len(procs)
+
+
+def _expected(regions, base):
+    out = base.copy()
+    for k, r in enumerate(regions):
+        out[r] = 100 + k
+    return out
+
+
+def test_eight_processes_writing_disjoint_aligned_regions(store):
+    # 8 slabs of 2 planes: aligned to neither chunks (4 or 8 planes) nor shards, so every
+    # process shares a chunk or shard with a neighbour
+    regions = [(slice(2 * k, 2 * k + 2), slice(0, 32), slice(0, 32)) for k in range(8)]
+    _run_processes(store, regions)
+    np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], _expected(regions, volume()))
+
+
+def test_eight_processes_writing_unaligned_boxes_inside_shared_chunks(store):
+    regions = [
+        (slice(z, z + 3), slice(y, y + 5), slice(x, x + 7))
+        for z in (1, 9)
+        for y in (2, 17)
+        for x in (3, 19)
+    ]
+    _run_processes(store, regions, repeat=4)
+    np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], _expected(regions, volume()))
+
+
+def test_threads_writing_unaligned_regions_of_one_handle(store):
+    img = lg.open_ome_zarr(store, mode="r+")
+    regions = [(slice(k, k + 1), slice(k, k + 9), slice(3, 29)) for k in range(16)]
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(3):
+                img[0][regions[k]] = np.full((1, 9, 26), 100 + k, "u2")
+        except Exception as exc:  # collected: a thread's failure must fail the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], _expected(regions, volume()))
+
+
+# -- killed writers -----------------------------------------------------------------------
+
+_REWRITER = """
+import sys, numpy as np, linumpy_gpu as lg
+img = lg.open_ome_zarr(sys.argv[1], mode="r+")
+shape = img[0].shape
+print("ready", flush=True)
+value = 1
+while True:
+    img[0][...] = np.full(shape, value, "u2")         # every chunk, whole
+    img[0][3:13, 5:27, 1:31] = np.full((10, 22, 30), value + 1000, "u2")  # read-modify-write
+    value += 1
+"""
+
+
+def _states_are_whole(chunk: np.ndarray, before: np.ndarray, box: np.ndarray) -> bool:
+    """A chunk after a killed writer: as it was, or one pass's content (one value, with
+    the read-modify-write box holding that value or the value + 1000)."""
+    if np.array_equal(chunk, before):
+        return True
+    outside, inside = np.unique(chunk[~box]), np.unique(chunk[box])
+    if not box.any():
+        return len(outside) == 1
+    if box.all():
+        return len(inside) == 1
+    return len(outside) == 1 and len(inside) == 1 and inside[0] - outside[0] in (0, 1000)
+
+
+def test_a_writer_killed_at_random_moments_leaves_every_chunk_old_or_new(store):
+    rng = np.random.default_rng(0)
+    level = lg.open_ome_zarr(store)[0]
+    shape, chunks = level.shape, level.chunks
+    box = np.zeros(shape, bool)
+    box[3:13, 5:27, 1:31] = True
+    grid = [-(-n // c) for n, c in zip(shape, chunks, strict=True)]
+    for moment in rng.uniform(0.05, 0.6, size=20):
+        before = lg.open_ome_zarr(store)[0][...]
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _REWRITER, str(store)], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(moment)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        data = lg.open_ome_zarr(store)[0][...]  # the store always opens and reads
+        for index in np.ndindex(*grid):
+            part = tuple(
+                slice(i * c, min((i + 1) * c, n))
+                for i, c, n in zip(index, chunks, shape, strict=True)
+            )
+            assert _states_are_whole(data[part], before[part], box[part]), (moment, index)
+    # what a killed writer leaves: at most hidden temporary files, which readers never see
+    assert all(p.name.startswith(".") for p in store.rglob("*.partial"))
+
+
+def test_a_failed_region_write_leaves_no_partial_files_and_names_the_key(store, monkeypatch):
+    from linumpy_gpu import fileio
+
+    img = lg.open_ome_zarr(store, mode="r+")
+    before = snapshot(store)
+    original = os.replace
+
+    def failing_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fileio.os, "replace", failing_replace)
+    with pytest.raises(lg.ChunkWriteError) as info:
+        img[0][0:4] = np.zeros((4, 32, 32), "u2")
+    monkeypatch.setattr(fileio.os, "replace", original)
+    message = str(info.value)
+    assert "No space left" in message and "None" not in message
+    assert "'0/c/0/" in message or "'0/c/0/0/0'" in message
+    def without_locks(snap):
+        return {k: v for k, v in snap.items() if not k.endswith(".linumpy-gpu.lock")}
+
+    assert without_locks(snapshot(store)) == without_locks(before)
+    assert not list(store.rglob("*.partial"))

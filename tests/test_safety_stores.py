@@ -1,0 +1,382 @@
+"""Opening and replacing stores never loses data: opening never deletes, replacing needs
+``overwrite=True`` and happens only after every check passed, URLs are never local paths,
+and the demo never touches files it did not write."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import zarr
+
+import linumpy_gpu as lg
+from linumpy_gpu.cli import main as cli_main
+
+from .safety_helpers import small_store, snapshot, volume
+
+
+@pytest.fixture
+def store(tmp_path):
+    path = tmp_path / "keep.ome.zarr"
+    small_store(path, levels=2)
+    return path
+
+
+@pytest.mark.parametrize("mode", ["w", "w-", "a", "x", "", "rw", None, 1])
+def test_opening_with_a_writing_mode_is_refused_and_deletes_nothing(store, mode):
+    before = snapshot(store)
+    with pytest.raises(lg.InvalidArgumentError, match="mode"):
+        lg.open_ome_zarr(store, mode=mode)
+    assert snapshot(store) == before
+
+
+def test_opening_read_write_changes_nothing(store):
+    before = snapshot(store)
+    img = lg.open_ome_zarr(store, mode="r+")
+    np.testing.assert_array_equal(img[0][...], volume())
+    assert snapshot(store) == before
+
+
+def test_existing_store_needs_overwrite(store):
+    before = snapshot(store)
+    with pytest.raises(lg.StoreExistsError, match="overwrite=True"):
+        lg.write_ome_zarr(store, volume(seed=1), device="cpu")
+    assert snapshot(store) == before
+
+
+def _bad_arguments():
+    v = volume()
+    return {
+        "compression_level": dict(data=v, compression_level=30),
+        "compression_level_type": dict(data=v, compression_level=2.5),
+        "checksum": dict(data=v, checksum="yes"),
+        "nan_translation": dict(data=v, translation=(0.0, float("nan"), 0.0)),
+        "inf_scale": dict(data=v, scale=(1.0, float("inf"), 1.0)),
+        "zero_scale": dict(data=v, scale=(1.0, 0.0, 1.0)),
+        "duplicate_axes": dict(data=v, axes="zzx"),
+        "no_space_axes": dict(data=v, axes="abc"),
+        "wrong_axis_count": dict(data=v, axes="yx"),
+        "axis_order": dict(data=v, axes="xct"),
+        "too_many_levels": dict(data=v, levels=30),
+        "zero_levels": dict(data=v, levels=0),
+        "bad_factors": dict(data=v, levels=[(2, 2)]),
+        "chunks_rank": dict(data=v, chunks=(8, 8)),
+        "chunks_zero": dict(data=v, chunks=(0, 8, 8)),
+        "shards_not_multiple": dict(data=v, chunks=(8, 8, 8), shards=(12, 8, 8)),
+        "shards_on_04": dict(data=v, version="0.4", chunks=(8, 8, 8), shards=(16, 16, 16)),
+        "version": dict(data=v, version="0.7"),
+        "method": dict(data=v, method="median"),
+        "compressor": dict(data=v, compressor="lzma"),
+        "dtype_complex": dict(data=v.astype("c8")),
+        "dtype_object": dict(data=np.array([[object()] * 2] * 2)),
+        "one_dimension": dict(data=np.zeros(8, dtype="u2")),
+        "six_dimensions": dict(data=np.zeros((1,) * 6, dtype="u2")),
+        "empty": dict(data=np.zeros((0, 4, 4), dtype="u2")),
+        "channels_count": dict(data=np.zeros((3, 4, 8, 8), "u2"), channels=[{"label": "a"}]),
+        "channel_color": dict(data=np.zeros((1, 4, 8, 8), "u2"), channels=[{"color": "red"}]),
+        "unit_count": dict(data=v, units=["micrometer"]),
+        "name_type": dict(data=v, name=5),
+        "not_an_array": dict(data=[[1, 2], [3, 4]]),
+        "overwrite_type": dict(data=v, overwrite="yes"),
+        "device": dict(data=v, device="tpu"),
+    }
+
+
+BAD = _bad_arguments()
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_arguments_are_refused_before_the_old_store_is_touched(store, case):
+    kwargs = dict(BAD[case])
+    data = kwargs.pop("data")
+    kwargs.setdefault("overwrite", True)
+    kwargs.setdefault("device", "cpu")
+    before = snapshot(store)
+    with pytest.raises(lg.LinumpyGpuError) as info:
+        lg.write_ome_zarr(store, data, **kwargs)
+    assert isinstance(info.value, ValueError), type(info.value)
+    assert snapshot(store) == before
+    assert [p for p in os.listdir(store.parent) if p != store.name] == []
+
+
+def test_big_endian_input_is_written_in_native_order(tmp_path):
+    data = volume().astype(">u2")
+    img = lg.write_ome_zarr(tmp_path / "be.zarr", data, version="0.4", device="cpu")
+    out = img[0][...]
+    assert out.dtype == np.dtype("u2")
+    np.testing.assert_array_equal(out, data.astype("u2"))
+
+
+def test_overwrite_replaces_only_after_the_new_store_is_complete(store, monkeypatch):
+    from linumpy_gpu.engine import writer
+
+    before = snapshot(store)
+    calls = {"n": 0}
+    original = writer.ChunkedArrayWriter._put
+
+    def failing(self, key, blob):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise OSError(28, "No space left on device")
+        return original(self, key, blob)
+
+    monkeypatch.setattr(writer.ChunkedArrayWriter, "_put", failing)
+    with pytest.raises(lg.ChunkWriteError) as info:
+        lg.write_ome_zarr(store, volume(seed=5), overwrite=True, chunks=(4, 8, 8), device="cpu")
+    message = str(info.value)
+    assert "No space left" in message and "'0/c/" in message and "None" not in message
+    assert snapshot(store) == before  # the old store, whole
+    assert os.listdir(store.parent) == [store.name]  # no staging folder, no .partial files
+    np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], volume())
+
+
+def test_overwrite_from_a_lazy_array_of_the_same_store(store):
+    source = lg.open_ome_zarr(store)
+    lazy = source[0].to_dask() * 2
+    img = lg.write_ome_zarr(store, lazy, overwrite=True, chunks=(8, 16, 16), device="cpu")
+    np.testing.assert_array_equal(img[0][...], volume() * 2)
+
+
+@pytest.mark.parametrize("kind", ["folder", "file", "symlink"])
+def test_overwrite_never_replaces_what_is_not_a_zarr_store(tmp_path, kind):
+    target = tmp_path / "thesis"
+    if kind == "folder":
+        target.mkdir()
+        (target / "chapter1.tex").write_text("weeks of work")
+    elif kind == "file":
+        target.write_text("weeks of work")
+    else:
+        (tmp_path / "real").mkdir()
+        (tmp_path / "real" / "notes.txt").write_text("weeks of work")
+        target.symlink_to(tmp_path / "real")
+    before = snapshot(tmp_path)
+    with pytest.raises(lg.StoreExistsError, match="refusing"):
+        lg.write_ome_zarr(target, volume(), overwrite=True, device="cpu")
+    assert snapshot(tmp_path) == before
+
+
+def test_overwrite_of_an_empty_folder_is_allowed(tmp_path):
+    target = tmp_path / "empty"
+    target.mkdir()
+    img = lg.write_ome_zarr(target, volume(), overwrite=True, device="cpu")
+    np.testing.assert_array_equal(img[0][...], volume())
+
+
+def test_a_handle_to_a_replaced_store_refuses_to_read_stale_levels(store):
+    old = lg.open_ome_zarr(store)
+    lg.write_ome_zarr(store, volume(seed=3), overwrite=True, chunks=(8, 16, 16), device="cpu")
+    with pytest.raises(lg.StoreError, match="replaced since it was opened"):
+        old[1][...]
+    np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], volume(seed=3))
+
+
+def test_killed_write_leaves_the_old_store_and_the_next_write_cleans_up(store, tmp_path):
+    script = (
+        "import numpy as np, linumpy_gpu as lg, sys\n"
+        "data = np.random.default_rng(0).integers(0, 60000, (192, 256, 256)).astype('u2')\n"
+        "print('start', flush=True)\n"
+        f"lg.write_ome_zarr({str(store)!r}, data, chunks=(8, 32, 32), levels=3, overwrite=True,"
+        " device='cpu')\n"
+        "print('done', flush=True)\n"
+    )
+    before = snapshot(store)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "start"
+    while proc.poll() is None and not any(
+        p.name.endswith("linumpy-gpu-partial") and any(p.rglob("c/*/*/*"))
+        for p in tmp_path.iterdir()
+    ):
+        pass
+    proc.kill()
+    proc.wait()
+    assert proc.returncode != 0, "the writer finished before it could be killed"
+    assert snapshot(store) == before
+    np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], volume())
+    leftovers = [p for p in tmp_path.iterdir() if p.name.endswith("linumpy-gpu-partial")]
+    assert leftovers  # a killed process cannot clean up after itself ...
+    lg.write_ome_zarr(store, volume(seed=9), overwrite=True, chunks=(8, 16, 16), device="cpu")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [store.name]  # ... the next write does
+
+
+# -- URLs ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/x.ome.zarr", "https://example.org/x.zarr"])
+def test_writing_to_http_is_refused_and_creates_no_local_folder(tmp_path, monkeypatch, url):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(lg.InvalidArgumentError, match="read-only"):
+        lg.write_ome_zarr(url, volume(), device="cpu")
+    assert os.listdir(tmp_path) == []
+
+
+def test_memory_url_round_trip():
+    url = f"memory://safety-{os.getpid()}.ome.zarr"
+    img = lg.write_ome_zarr(url, volume(), levels=2, device="cpu")
+    assert img.path == url
+    again = lg.open_ome_zarr(url)
+    np.testing.assert_array_equal(again[0][...], volume())
+    with pytest.raises(lg.StoreExistsError):
+        lg.write_ome_zarr(url, volume(seed=2), device="cpu")
+    lg.write_ome_zarr(url, volume(seed=2), overwrite=True, device="cpu")
+    np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], volume(seed=2))
+
+
+def test_memory_url_with_other_objects_is_not_replaced():
+    import fsspec
+
+    url = f"memory://not-a-store-{os.getpid()}"
+    fs = fsspec.filesystem("memory")
+    fs.pipe(url.split("://")[1] + "/notes.txt", b"keep")
+    with pytest.raises(lg.StoreExistsError, match="not a zarr store"):
+        lg.write_ome_zarr(url, volume(), overwrite=True, device="cpu")
+    assert fs.cat(url.split("://")[1] + "/notes.txt") == b"keep"
+
+
+def test_file_url_is_a_local_path(tmp_path):
+    img = lg.write_ome_zarr(f"file://{tmp_path}/f.zarr", volume(), device="cpu")
+    assert img.path == str(tmp_path / "f.zarr")
+    assert (tmp_path / "f.zarr" / "zarr.json").is_file()
+
+
+def test_unreachable_url_is_a_remote_store_error():
+    with pytest.raises(lg.RemoteStoreError, match="127.0.0.1:9") as info:
+        lg.open_ome_zarr("http://127.0.0.1:9/x.ome.zarr")
+    assert isinstance(info.value, ConnectionError)
+    assert info.value.__cause__ is not None
+
+
+def test_s3_without_credentials_says_how_to_read_public_data(monkeypatch):
+    pytest.importorskip("s3fs")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    with pytest.raises(lg.RemoteStoreError, match="anon"):
+        lg.open_ome_zarr("s3://linumpy-gpu-no-such-bucket/x.ome.zarr")
+
+
+def test_missing_fsspec_backend_names_the_package(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_gcsfs(name, *args, **kwargs):
+        if name.startswith("gcsfs"):
+            raise ImportError("No module named 'gcsfs'", name="gcsfs")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_gcsfs)
+    with pytest.raises(lg.MissingDependencyError, match="pip install gcsfs") as info:
+        lg.open_ome_zarr("gs://bucket/x.ome.zarr")
+    assert isinstance(info.value, ImportError)
+
+
+def test_storage_options_must_be_a_dict():
+    with pytest.raises(lg.InvalidArgumentError, match="storage_options"):
+        lg.open_ome_zarr("memory://x.zarr", storage_options="anon")
+
+
+# -- the demo ---------------------------------------------------------------------------
+
+
+def test_demo_out_writes_a_new_subfolder_and_never_touches_other_files(tmp_path, capsys):
+    (tmp_path / "results.csv").write_text("weeks of work")
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "scan.bin").write_bytes(b"\x00" * 100)
+    before = snapshot(tmp_path)
+    assert cli_main(["demo", "--out", str(tmp_path), "--device", "cpu"]) == 0
+    after = snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if not k.startswith("sample.ome.zarr")} == before
+    assert (tmp_path / "sample.ome.zarr" / "zarr.json").is_file()
+    sample = snapshot(tmp_path / "sample.ome.zarr")
+    # a second run refuses rather than replacing what is there
+    assert cli_main(["demo", "--out", str(tmp_path), "--device", "cpu"]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert snapshot(tmp_path / "sample.ome.zarr") == sample
+
+
+def test_demo_out_of_a_missing_folder_creates_it(tmp_path):
+    out = tmp_path / "new" / "folder"
+    assert cli_main(["demo", "--out", str(out), "--device", "cpu"]) == 0
+    assert (out / "sample.ome.zarr" / "zarr.json").is_file()
+
+
+# -- label names ------------------------------------------------------------------------
+
+
+BAD_LABEL_NAMES = ["", ".", "..", "a/b", "a\\b", "../escape", ".hidden", "zarr.json", " cells",
+                   "cells ", "0", "1", "labels", "nul\x00", "tab\there", None, 7]
+
+
+@pytest.mark.parametrize("name", BAD_LABEL_NAMES)
+def test_bad_label_names_are_refused_and_touch_nothing(store, name):
+    img = lg.open_ome_zarr(store)
+    lg.write_labels(img, "cells", np.ones(img[0].shape, dtype="u1"))
+    before = snapshot(store)
+    with pytest.raises(lg.InvalidArgumentError, match="label name"):
+        lg.write_labels(img, name, np.zeros(img[0].shape, dtype="u1"), overwrite=True)
+    assert snapshot(store) == before
+
+
+def test_overwriting_one_label_touches_that_label_only(store):
+    img = lg.open_ome_zarr(store)
+    shape = img[0].shape
+    lg.write_labels(img, "cells", np.ones(shape, dtype="u1"))
+    lg.write_labels(img, "nuclei", np.full(shape, 2, dtype="u1"))
+    before = snapshot(store)
+    label = lg.write_labels(img, "cells", np.full(shape, 3, dtype="u1"), overwrite=True)
+    after = snapshot(store)
+    changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+    assert changed and all(k.startswith("labels/cells/") or k == "labels/zarr.json" for k in changed)
+    assert (label[0][...] == 3).all()
+    assert sorted(lg.open_ome_zarr(store).labels) == ["cells", "nuclei"]
+    assert (lg.open_ome_zarr(store).labels["nuclei"][0][...] == 2).all()
+
+
+def test_existing_label_needs_overwrite(store):
+    img = lg.open_ome_zarr(store)
+    lg.write_labels(img, "cells", np.ones(img[0].shape, dtype="u1"))
+    before = snapshot(store)
+    with pytest.raises(lg.StoreExistsError):
+        lg.write_labels(img, "cells", np.zeros(img[0].shape, dtype="u1"))
+    assert snapshot(store) == before
+
+
+# -- what we write opens and validates ----------------------------------------------------
+
+VALID_WRITES = {
+    "0.5-3d": dict(shape=(12, 20, 24), kwargs=dict(levels=3)),
+    "0.4-3d": dict(shape=(12, 20, 24), kwargs=dict(levels=3, version="0.4")),
+    "0.5-2d": dict(shape=(40, 30), kwargs=dict(levels=2)),
+    "0.4-5d": dict(shape=(2, 3, 4, 16, 16), kwargs=dict(levels=2, version="0.4")),
+    "0.5-czyx-channels": dict(
+        shape=(2, 4, 16, 16),
+        kwargs=dict(channels=[{"label": "a", "color": "FF0000"}, {"label": "b"}]),
+    ),
+    "0.5-sharded": dict(shape=(16, 32, 32), kwargs=dict(chunks=(8, 8, 8), shards=(16, 16, 16))),
+    "0.5-units-translation": dict(
+        shape=(8, 16, 16),
+        kwargs=dict(units=["nanometer"] * 3, scale=(4, 2, 2), translation=(1.5, -3, 0), levels=2),
+    ),
+    "0.5-uncompressed-float": dict(shape=(8, 16, 16), kwargs=dict(compressor=None), dtype="f4"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VALID_WRITES))
+def test_what_we_write_opens_again_and_validates_with_ome_zarr_models(tmp_path, case):
+    spec = VALID_WRITES[case]
+    data = volume(spec["shape"], dtype=spec.get("dtype", "u2"))
+    path = tmp_path / "out.zarr"
+    img = lg.write_ome_zarr(path, data, device="cpu", **spec["kwargs"])
+    np.testing.assert_array_equal(lg.open_ome_zarr(path)[0][...], data)
+    assert img.version == spec["kwargs"].get("version", "0.5")
+    group = zarr.open_group(path, mode="r")
+    if img.version == "0.5":
+        from ome_zarr_models.v05.image import Image
+    else:
+        from ome_zarr_models.v04.image import Image
+    Image.from_zarr(group)  # raises on anything the spec forbids
