@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._version import __version__
-from .errors import (
+from linumpy_gpu import config
+from linumpy_gpu._version import __version__
+from linumpy_gpu.errors import (
     ChunkDecodeError,
     ChunkWriteError,
     ConfigError,
@@ -37,8 +38,16 @@ from .errors import (
     UnsupportedWriteError,
     WriteError,
 )
-from .image import Labels, Level, MultiscaleImage, Plate, SeriesCollection, Well, open_ome_zarr
-from .write import write_labels, write_ome_zarr
+from linumpy_gpu.image import (
+    Labels,
+    Level,
+    MultiscaleImage,
+    Plate,
+    SeriesCollection,
+    Well,
+    open_ome_zarr,
+)
+from linumpy_gpu.write import write_labels, write_ome_zarr
 
 
 def open_ome_zarr_gpu(path: Any, device: int = 0, **kwargs: Any) -> Any:
@@ -55,7 +64,7 @@ def gpu_zarr_context(*args: Any, **kwargs: Any) -> Any:
 
     See :func:`linumpy_gpu.gpu.context.gpu_zarr_context`.
     """
-    from .gpu.context import gpu_zarr_context as _ctx
+    from linumpy_gpu.gpu.context import gpu_zarr_context as _ctx
 
     return _ctx(*args, **kwargs)
 
@@ -95,6 +104,7 @@ __all__ = [
     "Well",
     "WriteError",
     "__version__",
+    "config",
     "gpu_zarr_context",
     "open_ome_zarr",
     "open_ome_zarr_gpu",

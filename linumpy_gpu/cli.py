@@ -10,7 +10,7 @@ import time
 import warnings
 from typing import Any
 
-from . import __version__
+from linumpy_gpu import __version__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     inspect.add_argument("path")
     sub.add_parser("info", help="versions, GPU, nvCOMP and GDS status")
     args = parser.parse_args(argv)
-    from .errors import LinumpyGpuError
+    from linumpy_gpu.errors import LinumpyGpuError
 
     try:
         if args.command == "demo":
@@ -45,9 +45,9 @@ def _demo(out: str | None, device: str) -> int:
     import numpy as np
     import zarr
 
-    from .errors import DeviceFallbackWarning, StoreExistsError
-    from .image import open_ome_zarr
-    from .sample import write_sample
+    from linumpy_gpu.errors import DeviceFallbackWarning, StoreExistsError
+    from linumpy_gpu.image import open_ome_zarr
+    from linumpy_gpu.sample import write_sample
 
     with tempfile.TemporaryDirectory() as tmp:
         # the sample goes into a new folder of its own: files already in --out are never touched
@@ -100,7 +100,7 @@ def _sync(data: Any) -> None:
 
 
 def _inspect(path: str) -> int:
-    from .image import open_ome_zarr
+    from linumpy_gpu.image import open_ome_zarr
 
     print(open_ome_zarr(path))
     return 0
@@ -114,13 +114,18 @@ def _info() -> int:
         f"linumpy-gpu {__version__}; zarr {zarr.__version__}; numpy {numpy.__version__}; "
         f"python {sys.version.split()[0]}"
     )
-    from .gpu.deps import missing_pieces
+    from linumpy_gpu import config
+    from linumpy_gpu.gpu.deps import missing_pieces
 
+    settings, sources = config.get(), config.sources()
+    print("settings (change with LINUMPY_GPU_<NAME> or linumpy_gpu.config.set):")
+    for name in config.names():
+        print(f"  {name} = {getattr(settings, name)!r}  ({sources[name]})")
     missing = missing_pieces()
     if missing:
         print("GPU path unavailable: needs " + "; ".join(missing))
         return 0
-    from .gpu.report import info
+    from linumpy_gpu.gpu.report import info
 
     for key, value in info().items():
         print(f"{key}: {value}")

@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from . import ngff
-from .device import resolve_backend
-from .engine import ChunkedArrayReader
-from .engine.backend import Backend
-from .errors import (
+from linumpy_gpu import config, ngff
+from linumpy_gpu.backends import resolve_backend
+from linumpy_gpu.backends.base import Backend
+from linumpy_gpu.engine import ChunkedArrayReader
+from linumpy_gpu.errors import (
     IncompleteStoreError,
     InvalidArgumentError,
     InvalidMetadataError,
@@ -25,7 +25,7 @@ from .errors import (
     StorePermissionError,
     warn,
 )
-from .stores import READ_MODES, locate, translated_errors
+from linumpy_gpu.io.stores import READ_MODES, locate, translated_errors
 
 
 class Level:
@@ -102,15 +102,18 @@ class Level:
         region: Any = None,
         out: Any = None,
         *,
-        progress: bool = False,
+        progress: bool | None = None,
         on_damaged: str = "raise",
     ) -> Any:
         """Read ``region`` (numpy basic indexing; None = everything) into a new array or
         into ``out`` (same shape and dtype, on this level's device). Returns numpy on the
         CPU and cupy on the GPU. ``on_damaged="fill"`` reads past damaged chunks (fill
         value in their place, a :class:`DamagedChunkWarning` naming them) instead of
-        raising :class:`ChunkDecodeError`."""
+        raising :class:`ChunkDecodeError`. ``progress``: a progress bar (default: the
+        ``progress`` setting)."""
         index = () if region is None else region
+        if progress is None:
+            progress = self._reader.settings.progress
         if not progress:
             return self._reader.read(index, out, on_damaged=on_damaged)
         from tqdm.auto import tqdm
@@ -138,7 +141,7 @@ class Level:
             raise StorePermissionError(
                 f"'{self.image.path}' is open read-only: open it with mode='r+' to write"
             )
-        from .engine.writer import ChunkedArrayWriter
+        from linumpy_gpu.engine.writer import ChunkedArrayWriter
 
         self._reader.check_unchanged()
         return ChunkedArrayWriter(self._reader.array, self._reader.backend, name=self._reader.name)
@@ -154,7 +157,7 @@ class Level:
 
         Blocks are numpy or cupy, as this level's device reads.
         """
-        from .dask import level_to_dask
+        from linumpy_gpu.dask import level_to_dask
 
         return level_to_dask(self, chunks)
 
@@ -297,8 +300,8 @@ class MultiscaleImage:
         """Recompute the lower levels under ``region`` of level 0 (slices; None = all),
         after region writes into level 0. ``method`` defaults to the one the metadata
         records (``type``), else "mean"."""
-        from .pyramid import METHODS
-        from .write import update_level
+        from linumpy_gpu.engine.pyramid import METHODS
+        from linumpy_gpu.write import update_level
 
         method = method or (self.meta.type if self.meta.type in METHODS else "mean")
         shape0 = self.levels[0].shape
@@ -540,6 +543,7 @@ def open_ome_zarr(
     *,
     mode: str = "r",
     storage_options: dict[str, Any] | None = None,
+    settings: config.Settings | Mapping[str, Any] | None = None,
 ) -> Any:
     """Open an OME-Zarr store: a :class:`MultiscaleImage`, :class:`Plate`, :class:`Well` or
     :class:`SeriesCollection` (bioformats2raw), by what the root holds.
@@ -549,9 +553,13 @@ def open_ome_zarr(
     ``device``: "cpu" (numpy), "gpu" / "cuda:N" / N (cupy), or "auto" (GPU when usable,
     else CPU with a warning). ``mode``: "r" (read only) or "r+" (region writes into existing
     levels). Opening never creates, changes or deletes anything; to create or replace a
-    store use :func:`~linumpy_gpu.write_ome_zarr`. Only metadata is read here; pixels are
-    read on indexing.
+    store use :func:`~linumpy_gpu.write_ome_zarr`. ``settings``: changes to
+    :mod:`linumpy_gpu.config` for this image (its reads keep them). Only metadata is read
+    here; pixels are read on indexing.
     """
+    if settings is not None:
+        with config.set(settings):
+            return open_ome_zarr(path, device, mode=mode, storage_options=storage_options)
     if mode not in READ_MODES:
         raise InvalidArgumentError(
             f"mode must be 'r' (read) or 'r+' (write regions of existing levels), got {mode!r}; "

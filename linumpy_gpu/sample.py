@@ -26,7 +26,7 @@ def write_sample(
     path: str | os.PathLike[str], *, version: str = "0.5", overwrite: bool = False, levels: int = 3
 ) -> Any:
     """Write the sample as NGFF ``version`` with ``levels`` levels; returns the opened image."""
-    from .write import write_ome_zarr
+    from linumpy_gpu.write import write_ome_zarr
 
     return write_ome_zarr(
         path,

@@ -18,19 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from . import ngff
-from .errors import (
+from linumpy_gpu import ngff
+from linumpy_gpu.engine.pyramid import METHODS, downsample, pyramid_factors
+from linumpy_gpu.errors import (
     InvalidArgumentError,
     InvalidMetadataError,
     LinumpyGpuError,
     StoreExistsError,
     WriteError,
 )
-from .fileio import built_beside, check_replaceable
-from .ngff import build
-from .ngff.model import Channel
-from .pyramid import METHODS, downsample, pyramid_factors
-from .stores import locate, translated_errors
+from linumpy_gpu.io.files import built_beside, check_replaceable
+from linumpy_gpu.io.stores import locate, translated_errors
+from linumpy_gpu.ngff import build
+from linumpy_gpu.ngff.model import Channel
 
 SUPPORTED_DTYPES = frozenset(["b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8"])
 INCOMPLETE_MARKER = "linumpy_gpu"
@@ -122,7 +122,7 @@ def write_ome_zarr(
         raise InvalidArgumentError(f"overwrite must be True or False, got {overwrite!r}")
     backend = _backend_for(data, device)
     location = locate(path, mode="w", storage_options=storage_options, must_exist=False)
-    from .image import open_ome_zarr
+    from linumpy_gpu.image import open_ome_zarr
 
     if location.local_root is not None:
         target = location.local_root
@@ -157,7 +157,7 @@ def write_labels(
     Replacing a label image (``overwrite=True``) touches that label image only."""
     import zarr
 
-    from .image import MultiscaleImage, open_ome_zarr
+    from linumpy_gpu.image import MultiscaleImage, open_ome_zarr
 
     parent = image if isinstance(image, MultiscaleImage) else open_ome_zarr(image)
     _check_label_name(name, parent)
@@ -307,7 +307,7 @@ def _existing_node(store: Any, path: str) -> str | None:
 
 
 def _backend_for(data: Any, device: Any) -> Any:
-    from .device import resolve_backend
+    from linumpy_gpu.backends import resolve_backend
 
     is_dask = type(data).__module__.startswith("dask")
     on_gpu = hasattr(data, "__cuda_array_interface__") or (
@@ -409,7 +409,7 @@ def _level_transforms(
 
 
 def _write_pyramid(arrays, data, factors, method, backend, bar, written, is_dask) -> None:
-    from .engine.writer import ChunkedArrayWriter
+    from linumpy_gpu.engine.writer import ChunkedArrayWriter
 
     writers = [
         ChunkedArrayWriter(a, backend, name=str(a.store_path), locking=False) for a in arrays
@@ -454,7 +454,7 @@ def update_level(
 ) -> None:
     """Recompute ``writer``'s level from ``source`` (the next finer level) under ``region``
     (slices in ``source`` coordinates; None = all), in slabs along the first axis."""
-    from .engine.reader import ChunkedArrayReader
+    from linumpy_gpu.engine.reader import ChunkedArrayReader
 
     reader = ChunkedArrayReader(source, backend)
     shape = tuple(source.shape)

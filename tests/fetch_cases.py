@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from linumpy_gpu.engine.fetch import ByteRequest
+from linumpy_gpu.io.sources import ByteRequest
 
 
 def write_chunk_files(root: Path, count: int, max_size: int, seed: int) -> dict[str, bytes]:

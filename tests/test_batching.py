@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import zarr
 
-from linumpy_gpu.engine.backend import PLACED, CpuBackend
+from linumpy_gpu.backends.base import PLACED, CpuBackend
+from linumpy_gpu.core.plan import chunk_plan, plan_chunks
+from linumpy_gpu.core.selection import normalize_selection
 from linumpy_gpu.engine.batching import best_fit, fits, output_geometry, plan_batches
-from linumpy_gpu.engine.plan import chunk_plan, plan_chunks
 from linumpy_gpu.engine.reader import ChunkedArrayReader
-from linumpy_gpu.engine.selection import normalize_selection
 
 
 class RecordingStaging:

@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from linumpy_gpu.engine.plan import chunk_plan
-from linumpy_gpu.engine.selection import normalize_selection
+from linumpy_gpu.core.plan import chunk_plan
+from linumpy_gpu.core.selection import normalize_selection
 from linumpy_gpu.gpu.copy_jobs import (
     JOB_COLUMNS,
     SHAPE,

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import linumpy_gpu.engine.fetch as fetch
-from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource, coalesce, merge_ranges
+import linumpy_gpu.io.sources as fetch
+from linumpy_gpu.io.sources import ByteRequest, LocalFileSource, coalesce, merge_ranges
 
 MiB = 1 << 20
 
@@ -112,13 +113,15 @@ def test_whole_files_many_at_once(tmp_path, staged):
             assert any(view.obj is h.obj for h in handed_out)
 
 
-def test_io_threads_from_the_environment(tmp_path, monkeypatch):
-    monkeypatch.setenv("LINUMPY_GPU_IO_THREADS", "5")
-    assert LocalFileSource(tmp_path).threads == 5
+def test_io_threads_from_the_settings(tmp_path):
+    import linumpy_gpu as lg
+    from linumpy_gpu.io.sources import source_for
+
+    store = zarr.storage.LocalStore(tmp_path)
+    with lg.config.set(io_threads=5):
+        assert source_for(store).threads == 5
+    assert LocalFileSource(tmp_path).threads is None  # chosen per fetch
     assert LocalFileSource(tmp_path, threads=2).threads == 2
-    monkeypatch.setenv("LINUMPY_GPU_IO_THREADS", "many")
-    with pytest.raises(ValueError, match="LINUMPY_GPU_IO_THREADS"):
-        LocalFileSource(tmp_path)
 
 
 def test_coalesce_bounds_runs_by_length_and_keeps_every_slice():

@@ -23,7 +23,7 @@ def cp():
 
 
 def _gpu_batch():
-    from linumpy_gpu.gpu.zstd_batch import codec_for_current_device
+    from linumpy_gpu.gpu.nvcomp.zstd import codec_for_current_device
 
     return codec_for_current_device()
 
@@ -79,7 +79,7 @@ def test_workspace_sized_from_the_frames_and_learned_for_planning(cp, monkeypatc
 def test_a_batch_whose_workspace_does_not_fit_is_decoded_in_parts(cp, monkeypatch):
     """Where the memory the caller gave cannot hold the workspace of the whole batch, the
     batch is decoded in parts that fit, all correct, nothing allocated beyond it."""
-    from linumpy_gpu.gpu.zstd_batch import SLOT_ALIGN, Workspace, round_up
+    from linumpy_gpu.gpu.nvcomp.zstd import SLOT_ALIGN, Workspace, round_up
 
     monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", "1")
 
@@ -128,7 +128,7 @@ def _drop_content_size(frame: bytes) -> bytes:
 def test_workspace_carves_each_buffer_from_the_smallest_region_that_holds_it(cp):
     """The decoder's side of the batch plan: the same best-fit rule over the output tail
     and the read's own buffer, so a batch planned to fit takes no memory of its own."""
-    from linumpy_gpu.gpu.zstd_batch import Workspace
+    from linumpy_gpu.gpu.nvcomp.zstd import Workspace
 
     tail = cp.zeros(4096, dtype=np.uint8)
     spare = cp.zeros(1024, dtype=np.uint8)
@@ -158,7 +158,7 @@ def test_slots_decoded_in_borrowed_memory_move_out_before_they_are_used(cp, conc
     """Slots may decode into memory they may not stay in (the batch's own output bytes):
     once decoded they move into the workspace, so that memory can be overwritten at once;
     a frame nvCOMP rejects is decoded on the CPU into its moved slot."""
-    from linumpy_gpu.gpu.zstd_batch import SLOT_ALIGN, Workspace, round_up
+    from linumpy_gpu.gpu.nvcomp.zstd import SLOT_ALIGN, Workspace, round_up
 
     raws, frames = _frames(10)
     nbytes = len(raws[0])
@@ -206,7 +206,7 @@ def test_frames_without_content_size_decode_on_gpu(cp, checksum):
 @pytest.mark.parametrize("checksum", [False, True])
 def test_gpu_written_frames_decode_with_cpu_zstd(cp, checksum):
     data = cp.asarray(volume(shape=(8, 64, 64))).reshape(-1).view(np.uint8)
-    from linumpy_gpu.gpu.zstd_codec import encode_arrays
+    from linumpy_gpu.gpu.zarr_codec import encode_arrays
 
     chunks = [data, cp.ascontiguousarray(data[::-1]), cp.zeros_like(data)]
     frames = encode_arrays(chunks, checksum)
@@ -231,7 +231,7 @@ def test_checksum_mismatch_is_detected_on_gpu(cp):
 
 
 def test_codec_validates_like_zarr_and_serialises_as_zstd():
-    from linumpy_gpu.gpu.zstd_codec import NvcompZstdCodec
+    from linumpy_gpu.gpu.zarr_codec import NvcompZstdCodec
 
     assert (
         NvcompZstdCodec(level=5, checksum=True).to_dict()
@@ -273,7 +273,7 @@ def test_plain_zarr_inside_context_returns_cupy(tmp_path, cp, variant):
 
 
 def test_context_uses_our_codec_and_restores_settings_even_on_error(tmp_path, cp):
-    from linumpy_gpu.gpu.zstd_codec import NvcompZstdCodec
+    from linumpy_gpu.gpu.zarr_codec import NvcompZstdCodec
 
     write_zarr_variant(tmp_path / "a.zarr", "v3-zstd", volume())
     before = {
@@ -396,8 +396,8 @@ def test_codec_paths_work_from_ordinary_memory_past_the_side_pinned_budget(cp, m
     """Once the side buffers' pinned budget is spent, frames are packed in ordinary memory:
     checked and sized from their device copy instead, decoded, encoded and uploaded the
     same, damage still caught."""
-    from linumpy_gpu.gpu.side_pinned import side_pinned_budget
-    from linumpy_gpu.gpu.zstd_batch import ZstdBatchCodec
+    from linumpy_gpu.gpu.nvcomp.zstd import ZstdBatchCodec
+    from linumpy_gpu.gpu.pinned import side_pinned_budget
 
     monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", exact)
     monkeypatch.setattr(side_pinned_budget(), "budget", 0)

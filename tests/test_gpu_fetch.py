@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import zarr
 
-from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource
+from linumpy_gpu.io.sources import ByteRequest, LocalFileSource
 
 from .fetch_cases import mixed_requests, recording_allocator, write_chunk_files
 from .writers import volume, write_zarr_variant
@@ -26,7 +26,7 @@ def files(tmp_path):
 @pytest.mark.parametrize("staged", [False, True])
 def test_kvikio_source_equals_pread_source(files, staged, slow_storage):
     """Page cache (few reads in flight) and slow storage (many) alike."""
-    from linumpy_gpu.gpu.kvikio_fetch import KvikioFileSource
+    from linumpy_gpu.gpu.kvikio_source import KvikioFileSource
 
     root, blobs = files
     requests = mixed_requests(blobs)
@@ -46,7 +46,7 @@ def test_kvikio_source_equals_pread_source(files, staged, slow_storage):
 
 
 def test_unreadable_file_names_the_file(files):
-    from linumpy_gpu.gpu.kvikio_fetch import KvikioFileSource
+    from linumpy_gpu.gpu.kvikio_source import KvikioFileSource
 
     root, _ = files
     (root / "c" / "dir").mkdir()
@@ -55,7 +55,7 @@ def test_unreadable_file_names_the_file(files):
 
 
 def test_images_read_through_kvikio_by_default_pread_on_request(tmp_path, monkeypatch):
-    from linumpy_gpu.gpu.kvikio_fetch import KvikioFileSource
+    from linumpy_gpu.gpu.kvikio_source import KvikioFileSource
 
     data = volume(shape=(40, 64, 64))
     write_zarr_variant(tmp_path / "a.zarr", "v3-sharded-zstd", data, missing_fraction=0.2)

@@ -225,7 +225,8 @@ def test_pinned_staging_stays_within_its_cap(tmp_path, cp):
         tmp_path / "a.zarr", "v3-zstd", data, chunks=(16, 16, 16), missing_fraction=0
     )
     np.testing.assert_array_equal(gpu_reader(arr).read(()).get(), data)
-    assert 0 < staging_pool().allocated <= staging_pool().cap
+    pool = staging_pool(lg.config.get().pinned_bytes)
+    assert 0 < pool.allocated <= pool.cap
     assert gpu_reader(arr).last_profile == {}
 
 
@@ -274,7 +275,7 @@ def test_full_read_holds_at_most_a_quarter_more_than_its_output(
         f"{peak / data.nbytes:.5f}x, {peak - 1.25 * data.nbytes:.0f} B over"
     )
     if exact_workspace:
-        from linumpy_gpu.gpu.zstd_batch import planned_temp_share
+        from linumpy_gpu.gpu.nvcomp.zstd import planned_temp_share
 
         assert planned_temp_share(data[: chunks[0], : chunks[1], : chunks[2]].nbytes) < 1.0
 
@@ -407,14 +408,12 @@ def test_damaged_chunks_on_host_threads_and_nvcomp_in_one_batch(tmp_path, cp):
         whole_host.read((slice(50, 64),))
 
 
-@pytest.mark.parametrize("wide", ["1", "0"])
-def test_chunks_placed_in_the_widest_unit_their_rows_allow(tmp_path, cp, monkeypatch, wide):
+def test_chunks_placed_in_the_widest_unit_their_rows_allow(tmp_path, cp, monkeypatch):
     """Reads whose rows are 16-, 8-, 4-byte aligned, or not at all (strided), place their
     chunks with the matching copy kernel and give the same data; so do blocks that must
-    loop over their rows (few blocks per chunk) and the one-row-per-block copy."""
+    loop over their rows (few blocks per chunk)."""
     from linumpy_gpu.gpu import backend as backend_module
 
-    monkeypatch.setenv("LINUMPY_GPU_WIDE_COPY", wide)
     used: list[str] = []
     original = backend_module.kernel
 
@@ -440,5 +439,4 @@ def test_chunks_placed_in_the_widest_unit_their_rows_allow(tmp_path, cp, monkeyp
             used.clear()
             got = reader.read(region).get()
             np.testing.assert_array_equal(got, full[region], err_msg=f"{region} {blocks}")
-            expected_unit = unit if wide == "1" else 2
-            assert f"scatter_{expected_unit}" in used, (region, used)
+            assert f"scatter_{unit}" in used, (region, used)

@@ -73,7 +73,7 @@ def test_gpu_labels_and_region_writes(tmp_path, cp):
     expected = data.get()
     expected[2:10, 5:40, :] = 7
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "i.zarr" / "0"))[...], expected)
-    from linumpy_gpu.pyramid import downsample
+    from linumpy_gpu.engine.pyramid import downsample
 
     np.testing.assert_array_equal(
         zarr.open_array(str(tmp_path / "i.zarr" / "1"))[...],

@@ -206,7 +206,7 @@ def test_bioformats2raw_layout_series(tmp_path):
 
 def test_any_zarr_store_is_read_through_zarrs_async_api():
     """A store that is not a local directory goes through zarr's store API (here memory)."""
-    from linumpy_gpu.engine.fetch import ZarrStoreSource
+    from linumpy_gpu.io.sources import ZarrStoreSource
 
     store = zarr.storage.MemoryStore()
     root = zarr.open_group(store=store, mode="w", zarr_format=3)

@@ -13,9 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import linumpy_gpu.engine.fetch as fetch_module
-import linumpy_gpu.gpu.kvikio_fetch as kvikio_fetch
-from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource
+import linumpy_gpu.gpu.kvikio_source as kvikio_fetch
+from linumpy_gpu.io.sources import ByteRequest, LocalFileSource
 
 from .fetch_cases import mixed_requests, recording_allocator, write_chunk_files
 
@@ -330,11 +329,9 @@ def test_direct_reads_only_on_storage_confirmed_slow(fake_kvikio, files, monkeyp
     """A fetch of ranges (a shard's runs) on storage confirmed slow reads with kvikio's direct
     reads on, and turns them back off once its last read is done; storage only judged slow,
     a probing fetch and whole files keep buffered reads. (Read-ahead off: see the next test.)"""
-    monkeypatch.setattr(kvikio_fetch, "SLOW_DIRECT_IO", True)
-    monkeypatch.setattr(fetch_module, "READ_AHEAD_BYTES", 0)
     fake = fake_kvikio()
     root, blobs = files
-    source = kvikio_fetch.KvikioFileSource(root)
+    source = kvikio_fetch.KvikioFileSource(root, read_ahead_bytes=0)
     source.slow_storage = True
     source.slow_confirmed = confirmed
     run = 100_000
@@ -360,11 +357,9 @@ def test_ranges_stay_buffered_where_a_reader_advises_them_ahead(fake_kvikio, fil
     """Bytes a reader advised ahead are in the page cache, which O_DIRECT would skip: with
     read-ahead on, storage confirmed slow reads a shard's runs buffered, and only then does
     the source ask readers for hints."""
-    monkeypatch.setattr(kvikio_fetch, "SLOW_DIRECT_IO", True)
-    monkeypatch.setattr(fetch_module, "READ_AHEAD_BYTES", 1 << 20)
     fake = fake_kvikio()
     root, _ = files
-    source = kvikio_fetch.KvikioFileSource(root)
+    source = kvikio_fetch.KvikioFileSource(root, read_ahead_bytes=1 << 20)
     source.slow_storage = True
     assert not source.reads_ahead()  # judged slow by a probe only
     source.slow_confirmed = True

@@ -9,8 +9,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from linumpy_gpu.engine.plan import ChunkPlan, axis_spans, chunk_plan, plan_chunks
-from linumpy_gpu.engine.selection import normalize_selection
+from linumpy_gpu.core.plan import ChunkPlan, axis_spans, chunk_plan, plan_chunks
+from linumpy_gpu.core.selection import normalize_selection
 
 
 def reference_plan(sel, shape, chunk_shape):

@@ -9,11 +9,10 @@ import pytest
 import zarr
 from zarr.codecs import ZstdCodec
 
-import linumpy_gpu.engine.fetch as fetch_module
-from linumpy_gpu.engine.backend import CpuBackend
-from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource
+from linumpy_gpu.backends.base import CpuBackend
 from linumpy_gpu.engine.read_ahead import ReadAhead
 from linumpy_gpu.engine.reader import ChunkedArrayReader
+from linumpy_gpu.io.sources import ByteRequest, LocalFileSource
 
 from .writers import volume
 
@@ -74,13 +73,13 @@ def test_storage_found_slow_later_is_advised_from_then_on():
     assert [r.key for r in source.advised[0]] == [f"c/{i}" for i in range(20, 30)]
 
 
-def test_whole_files_can_be_left_out_and_a_zero_window_advises_nothing():
+def test_whole_files_and_ranges_are_advised_and_a_zero_window_advises_nothing():
     def mixed(start, stop):
         return [ByteRequest("shard", 0, 10), ByteRequest("file")]
 
     source = AdvisedSource(slow=True)
-    ReadAhead(source, 10, mixed, lambda: 1.0, window=100, whole_files=False).advance(1)
-    assert source.advised == [[ByteRequest("shard", 0, 10)]]
+    ReadAhead(source, 10, mixed, lambda: 1.0, window=100).advance(1)
+    assert source.advised == [[ByteRequest("shard", 0, 10), ByteRequest("file")]]
     source.advised.clear()
     ReadAhead(source, 10, mixed, lambda: 1.0, window=0).advance(1)
     assert source.advised == []
@@ -123,15 +122,16 @@ def test_a_local_source_reads_ahead_only_on_slow_storage(monkeypatch, tmp_path):
     assert not source.reads_ahead()
     source.slow_storage = True
     assert source.reads_ahead() is hasattr(os, "posix_fadvise")
-    monkeypatch.setattr(fetch_module, "READ_AHEAD_BYTES", 0)
-    assert not source.reads_ahead()
+    off = LocalFileSource(tmp_path, read_ahead_bytes=0)
+    off.slow_storage = True
+    assert not off.reads_ahead()
 
 
 class RecordingLocalSource(LocalFileSource):
     """Reads like LocalFileSource; records what it is asked to advise and to fetch."""
 
-    def __init__(self, root, slow: bool):
-        super().__init__(root)
+    def __init__(self, root, slow: bool, read_ahead_bytes: int = 16_000):
+        super().__init__(root, read_ahead_bytes=read_ahead_bytes)
         self.slow = slow
         self.advised: list[ByteRequest] = []
         self.fetched: list[ByteRequest] = []
@@ -156,7 +156,7 @@ def test_a_read_on_slow_storage_advises_the_bytes_its_later_batches_fetch(
 ):
     """Every advised range is one the read then fetches (or lies within one), none is a
     chunk the read does not touch, and the data read is the same as without hints."""
-    monkeypatch.setattr(fetch_module, "READ_AHEAD_BYTES", 16_000)  # about 20 chunks
+    # sources read ahead 16000 bytes: about 20 chunks
     data = volume((40, 48, 44), seed=4)
     shards = dict(shards=(8, 24, 22)) if sharded else {}
     arr = zarr.create_array(

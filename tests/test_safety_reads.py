@@ -34,15 +34,26 @@ def _v2_store(path, compressor, data=None):
     """A plain zarr v2 array of 16x32x32 uint16 in 8x16x16 chunks, inside an NGFF 0.4 image."""
     data = volume() if data is None else data
     root = zarr.open_group(path, mode="w", zarr_format=2)
-    arr = root.create_array("0", shape=data.shape, chunks=(8, 16, 16), dtype=data.dtype,
-                            compressors=compressor)
+    arr = root.create_array(
+        "0", shape=data.shape, chunks=(8, 16, 16), dtype=data.dtype, compressors=compressor
+    )
     arr[...] = data
-    root.attrs.put({"multiscales": [{
-        "version": "0.4",
-        "axes": [{"name": a, "type": "space"} for a in "zyx"],
-        "datasets": [{"path": "0", "coordinateTransformations": [{"type": "scale",
-                                                                  "scale": [1, 1, 1]}]}],
-    }]})
+    root.attrs.put(
+        {
+            "multiscales": [
+                {
+                    "version": "0.4",
+                    "axes": [{"name": a, "type": "space"} for a in "zyx"],
+                    "datasets": [
+                        {
+                            "path": "0",
+                            "coordinateTransformations": [{"type": "scale", "scale": [1, 1, 1]}],
+                        }
+                    ],
+                }
+            ]
+        }
+    )
     return path / "0"
 
 
@@ -374,7 +385,9 @@ def test_reads_during_rewrites_see_whole_old_or_new_units(tmp_path, layout):
         for _ in range(300):
             data = img[0][...]
             for index in np.ndindex(*(n // u for n, u in zip(data.shape, unit, strict=True))):
-                part = data[tuple(slice(i * u, (i + 1) * u) for i, u in zip(index, unit, strict=True))]
+                part = data[
+                    tuple(slice(i * u, (i + 1) * u) for i, u in zip(index, unit, strict=True))
+                ]
                 values = np.unique(part)
                 assert len(values) == 1 and values[0] in (1000, 1001), (index, values)
     finally:
@@ -418,13 +431,30 @@ def test_every_damaged_chunk_is_detected_or_harmless(tmp_path):
 def test_truncated_chunks_of_other_codecs_are_detected(tmp_path, compressor):
     path = tmp_path / "o.zarr"
     root = zarr.open_group(path, mode="w", zarr_format=3)
-    arr = root.create_array("0", shape=(16, 32, 32), chunks=(8, 16, 16), dtype="u2",
-                            compressors=[compressor])
+    arr = root.create_array(
+        "0", shape=(16, 32, 32), chunks=(8, 16, 16), dtype="u2", compressors=[compressor]
+    )
     arr[...] = volume()
-    root.attrs.put({"ome": {"version": "0.5", "multiscales": [{
-        "axes": [{"name": a, "type": "space"} for a in "zyx"],
-        "datasets": [{"path": "0", "coordinateTransformations": [
-            {"type": "scale", "scale": [1, 1, 1]}]}]}]}})
+    root.attrs.put(
+        {
+            "ome": {
+                "version": "0.5",
+                "multiscales": [
+                    {
+                        "axes": [{"name": a, "type": "space"} for a in "zyx"],
+                        "datasets": [
+                            {
+                                "path": "0",
+                                "coordinateTransformations": [
+                                    {"type": "scale", "scale": [1, 1, 1]}
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            }
+        }
+    )
     chunk = path / "0" / "c" / "1" / "0" / "0"
     good = chunk.read_bytes()
     for size in (0, 3, 15, len(good) // 2, len(good) - 1):

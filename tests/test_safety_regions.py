@@ -274,7 +274,7 @@ def test_a_writer_killed_at_random_moments_leaves_every_chunk_old_or_new(store):
 
 
 def test_a_failed_region_write_leaves_no_partial_files_and_names_the_key(store, monkeypatch):
-    from linumpy_gpu import fileio
+    from linumpy_gpu.io import files as fileio
 
     img = lg.open_ome_zarr(store, mode="r+")
     before = snapshot(store)
@@ -290,6 +290,7 @@ def test_a_failed_region_write_leaves_no_partial_files_and_names_the_key(store, 
     message = str(info.value)
     assert "No space left" in message and "None" not in message
     assert "'0/c/0/" in message or "'0/c/0/0/0'" in message
+
     def without_locks(snap):
         return {k: v for k, v in snap.items() if not k.endswith(".linumpy-gpu.lock")}
 

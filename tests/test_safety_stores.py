@@ -308,8 +308,25 @@ def test_demo_out_of_a_missing_folder_creates_it(tmp_path):
 # -- label names ------------------------------------------------------------------------
 
 
-BAD_LABEL_NAMES = ["", ".", "..", "a/b", "a\\b", "../escape", ".hidden", "zarr.json", " cells",
-                   "cells ", "0", "1", "labels", "nul\x00", "tab\there", None, 7]
+BAD_LABEL_NAMES = [
+    "",
+    ".",
+    "..",
+    "a/b",
+    "a\\b",
+    "../escape",
+    ".hidden",
+    "zarr.json",
+    " cells",
+    "cells ",
+    "0",
+    "1",
+    "labels",
+    "nul\x00",
+    "tab\there",
+    None,
+    7,
+]
 
 
 @pytest.mark.parametrize("name", BAD_LABEL_NAMES)
@@ -331,7 +348,9 @@ def test_overwriting_one_label_touches_that_label_only(store):
     label = lg.write_labels(img, "cells", np.full(shape, 3, dtype="u1"), overwrite=True)
     after = snapshot(store)
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
-    assert changed and all(k.startswith("labels/cells/") or k == "labels/zarr.json" for k in changed)
+    assert changed and all(
+        k.startswith("labels/cells/") or k == "labels/zarr.json" for k in changed
+    )
     assert (label[0][...] == 3).all()
     assert sorted(lg.open_ome_zarr(store).labels) == ["cells", "nuclei"]
     assert (lg.open_ome_zarr(store).labels["nuclei"][0][...] == 2).all()

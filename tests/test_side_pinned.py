@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from linumpy_gpu.gpu.side_pinned import MIN_BYTES, GrowingHostBuffer, SidePinnedBudget
+from linumpy_gpu.gpu.pinned import MIN_BYTES, GrowingHostBuffer, SidePinnedBudget
 
 MiB = 1 << 20
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import zarr
 
-from linumpy_gpu.engine.backend import CpuBackend
-from linumpy_gpu.engine.fetch import ByteRequest, LocalFileSource
+from linumpy_gpu.backends.base import CpuBackend
 from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.errors import ChunkDecodeError
 from linumpy_gpu.gpu.staging import ALIGN, Arena, StagingPool
+from linumpy_gpu.io.sources import ByteRequest, LocalFileSource
 
 from .writers import volume, write_zarr_variant
 

@@ -7,7 +7,7 @@ import pytest
 import zarr
 
 import linumpy_gpu as lg
-from linumpy_gpu.pyramid import downsample
+from linumpy_gpu.engine.pyramid import downsample
 from linumpy_gpu.write import StoreExistsError, WriteError, write_ome_zarr
 
 from .writers import ngff_attrs

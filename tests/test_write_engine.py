@@ -10,7 +10,7 @@ import pytest
 import zarr
 
 import linumpy_gpu as lg
-from linumpy_gpu.pyramid import downsample
+from linumpy_gpu.engine.pyramid import downsample
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,5 +121,3 @@ def test_dask_input(tmp_path):
     np.testing.assert_array_equal(
         img[2][...], downsample(downsample(data, (2, 2, 2), "mean"), (2, 2, 2), "mean")
     )
-
-

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from . import blosc, crc32c, deflate, lz4, zstd
-from .errors import CodecError
+from linumpy_gpu.codecs import blosc, crc32c, deflate, lz4, zstd
+from linumpy_gpu.codecs.errors import CodecError
 
 __all__ = [
     "ByteCodec",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import CodecError
+from linumpy_gpu.codecs.errors import CodecError
 
 HEADER_BYTES = 16
 _SHUFFLE_NAMES = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle", -1: "auto"}

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CodecError
+from linumpy_gpu.codecs.errors import CodecError
 
 
 def strip(data: Any) -> memoryview:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .plan import ChunkPlan
+from linumpy_gpu.core.plan import ChunkPlan
 
 SLOT_ALIGN = 256
 

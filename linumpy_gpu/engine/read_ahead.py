@@ -9,18 +9,14 @@ while the batch is read, and the next batch then finds them there.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import fetch
-from .fetch import ByteRequest
+from linumpy_gpu.io.sources import ByteRequest
 
 # Hints go out in steps of at least this fraction of the window: one per batch at most
 # where batches are large, not one per few chunks where they are small.
 STEP_FRACTION = 4
-# Whole chunk files (one per chunk, not shards) are advised too, unless this is "0".
-WHOLE_FILES = os.environ.get("LINUMPY_GPU_READ_AHEAD_WHOLE_FILES", "1") != "0"
 
 
 class ReadAhead:
@@ -29,7 +25,7 @@ class ReadAhead:
 
     ``requests_for(start, stop)`` gives the byte requests of the plan's chunks
     ``[start, stop)``; ``stored_per_chunk()`` the stored bytes a chunk is expected to take;
-    ``window`` defaults to READ_AHEAD_BYTES.
+    ``window``: the stored bytes to keep advised (the source's ``read_ahead_bytes``).
     Used from one thread (the read's fetch thread).
     """
 
@@ -40,14 +36,12 @@ class ReadAhead:
         requests_for: Callable[[int, int], Sequence[ByteRequest]],
         stored_per_chunk: Callable[[], float],
         window: int | None = None,
-        whole_files: bool = WHOLE_FILES,
     ):
         self.source = source
         self.n_chunks = n_chunks
         self.requests_for = requests_for
         self.stored_per_chunk = stored_per_chunk
-        self.window = fetch.READ_AHEAD_BYTES if window is None else window
-        self.whole_files = whole_files
+        self.window = getattr(source, "read_ahead_bytes", 0) if window is None else window
         self.advised_to = 0  # chunks of the plan before this are advised or fetched
         self.hints = 0
 
@@ -70,8 +64,6 @@ class ReadAhead:
         if stop <= start or (stop < self.n_chunks and (stop - start) * STEP_FRACTION < ahead):
             return
         requests = self.requests_for(start, stop)
-        if not self.whole_files:
-            requests = [r for r in requests if r.length is not None]
         self.advised_to = stop
         if requests:
             self.source.will_need(requests)

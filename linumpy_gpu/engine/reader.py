@@ -18,7 +18,22 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import (
+from linumpy_gpu import config
+from linumpy_gpu.backends.base import PLACED, Backend
+from linumpy_gpu.core.assemble import fill
+from linumpy_gpu.core.layout import ArrayLayout, layout_of
+from linumpy_gpu.core.plan import ChunkPlan, ChunkTask, chunk_plan
+from linumpy_gpu.core.selection import Selection, normalize_selection
+from linumpy_gpu.engine.batching import Placement, output_geometry, plan_batches
+from linumpy_gpu.engine.read_ahead import ReadAhead
+from linumpy_gpu.engine.sharding import (
+    ShardIndexError,
+    index_request_args,
+    inner_chunks,
+    inner_entries,
+    parse_index,
+)
+from linumpy_gpu.errors import (
     ChunkDecodeError,
     DamagedChunkWarning,
     InvalidArgumentError,
@@ -26,22 +41,8 @@ from ..errors import (
     StoreError,
     warn,
 )
-from ..stores import translated_errors
-from .assemble import fill
-from .backend import PLACED, Backend
-from .batching import Placement, output_geometry, plan_batches
-from .fetch import ByteRequest, ByteSource, Runs, merge_ranges, source_for
-from .layout import ArrayLayout, layout_of
-from .plan import ChunkPlan, ChunkTask, chunk_plan
-from .read_ahead import ReadAhead
-from .selection import Selection, normalize_selection
-from .sharding import (
-    ShardIndexError,
-    index_request_args,
-    inner_chunks,
-    inner_entries,
-    parse_index,
-)
+from linumpy_gpu.io.sources import ByteRequest, ByteSource, Runs, merge_ranges, source_for
+from linumpy_gpu.io.stores import translated_errors
 
 # Longest run of adjacent inner chunks of a shard read into staging in one request.
 STAGED_RUN_BYTES = 8 << 20
@@ -90,7 +91,10 @@ class ChunkedArrayReader:
         self.backend = backend
         self.name = name or str(array.store_path)
         self.layout: ArrayLayout = layout_of(array, self.name)
-        self.source = source or backend.byte_source(array.store) or source_for(array.store)
+        self.settings = config.get()
+        self.source = (
+            source or backend.byte_source(array.store) or source_for(array.store, self.settings)
+        )
         prefix = array.store_path.path
         self._prefix = f"{prefix}/" if prefix else ""
         # None: the backend picks per read (the GPU needs many chunks in flight)

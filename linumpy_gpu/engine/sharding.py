@@ -7,9 +7,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..codecs import crc32c
-from ..codecs.errors import CodecError
-from .layout import ShardIndexFormat
+from linumpy_gpu.codecs import crc32c
+from linumpy_gpu.codecs.errors import CodecError
+from linumpy_gpu.core.layout import ShardIndexFormat
 
 MISSING = np.uint64(2**64 - 1)
 

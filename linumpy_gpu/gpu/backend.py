@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -12,29 +11,35 @@ from typing import Any
 
 import numpy as np
 
-from ..codecs import crc32c
-from ..codecs.errors import CodecError
-from ..engine.backend import PLACED, Backend, CpuBackend, EncodedChunk
-from ..engine.fetch import ByteSource
-from ..engine.layout import ChunkFormat
-from ..env import env_float, env_int
-from ..errors import ChunkDecodeError, DeviceMemoryError, OutputMismatchError
-from .copy_jobs import SHAPE, in_units, jobs_from, place_jobs, wide_copy_units, widest_unit
-from .host_decode import DEFAULT_THREADS, host_decoder
-from .kernels import kernel
-from .kvikio_fetch import KvikioFileSource, kvikio_available
-from .nvcomp_lib import zstd_api
-from .side_pinned import GrowingHostBuffer
-from .staging import staging_pool
-from .zstd_batch import (
+from linumpy_gpu import config
+from linumpy_gpu.backends.base import PLACED, Backend, CpuBackend, EncodedChunk
+from linumpy_gpu.codecs import crc32c
+from linumpy_gpu.codecs.errors import CodecError
+from linumpy_gpu.config import Settings
+from linumpy_gpu.core.layout import ChunkFormat
+from linumpy_gpu.errors import ChunkDecodeError, DeviceMemoryError, OutputMismatchError
+from linumpy_gpu.gpu.copy_jobs import (
+    SHAPE,
+    in_units,
+    jobs_from,
+    place_jobs,
+    widest_unit,
+)
+from linumpy_gpu.gpu.host_decode import default_threads, host_decoder
+from linumpy_gpu.gpu.kernels import kernel
+from linumpy_gpu.gpu.kvikio_source import KvikioFileSource, kvikio_available
+from linumpy_gpu.gpu.nvcomp.lib import zstd_api
+from linumpy_gpu.gpu.nvcomp.zstd import (
     SLOT_ALIGN,
     DecodedBatch,
     DeviceSlot,
     Workspace,
     codec_for_current_device,
-    planned_temp_share,
     round_up,
 )
+from linumpy_gpu.gpu.pinned import GrowingHostBuffer
+from linumpy_gpu.gpu.staging import staging_pool
+from linumpy_gpu.io.sources import ByteSource
 
 MAX_SCATTER_DIMS = 6
 COPY_BLOCK = 256
@@ -42,15 +47,10 @@ MAX_COPY_BLOCKS_PER_JOB = 4096
 # nvCOMP decodes each chunk serially: a batch of 500 chunks takes about as long as one of
 # 30, so batches are as large as memory allows, up to this many decoded bytes.
 MAX_BATCH_BYTES = 2 << 30
-# Memory a read may hold besides its output: this fraction of the output, at least
-# SCRATCH_FLOOR (small reads need a batch's worth of decoder workspace to be fast).
-SCRATCH_FRACTION = env_float("LINUMPY_GPU_SCRATCH_FRACTION", 0.25)
-SCRATCH_FLOOR = env_int("LINUMPY_GPU_SCRATCH_FLOOR", 1 << 30)
 # Reads of part of a level (tiles, read_regions) decode several times their output's bytes
 # (a 256^3 tile of 128^3 chunks: 27 chunks, 3.4x) and nvCOMP is fast only with many chunks
-# in flight, so they may hold more: up to this much (default: 1/16 of the device's memory,
-# at most 8 GiB), and never more than half of what is free when they start.
-REGION_SCRATCH = env_int("LINUMPY_GPU_REGION_SCRATCH", None)
+# in flight, so they may hold more than full-level reads: by default 1/16 of the device's
+# memory, at most this much, and never more than half of what is free when they start.
 REGION_SCRATCH_MAX = 8 << 30
 # Per-chunk tables a batch allocates on the device besides its buffer: frame-check metadata,
 # nvCOMP's pointer/size/status arrays, checksum verdicts and copy jobs (about 260 bytes,
@@ -79,29 +79,30 @@ class GpuBackend(Backend):
         scratch_floor: int | None = None,
         region_scratch: int | None = None,
         host_threads: int | None = None,
+        settings: Settings | None = None,
     ):
-        """``scratch_fraction`` / ``scratch_floor``: device memory a read may hold besides
-        its output, as a fraction of the output with a floor in bytes (defaults 0.25 and
-        1 GiB, or ``LINUMPY_GPU_SCRATCH_FRACTION`` / ``LINUMPY_GPU_SCRATCH_FLOOR``). More
-        memory means larger nvCOMP batches, which is faster (see docs/performance.md).
-        ``region_scratch``: the most a read of part of a level may hold besides its output
-        (default 1/16 of the device's memory, at most 8 GiB, or
-        ``LINUMPY_GPU_REGION_SCRATCH``), within half the free memory.
-
-        ``host_threads``: host threads that decode part of every zstd batch while nvCOMP
-        decodes the rest (default: all cores but two, or ``LINUMPY_GPU_HOST_THREADS``;
-        0: nvCOMP alone)."""
+        """A backend on GPU ``ordinal`` (None: cupy's current device). The keyword
+        arguments replace the settings of the same names (see :mod:`linumpy_gpu.config`):
+        ``scratch_fraction`` / ``scratch_floor`` bound the device memory a read may hold
+        besides its output (more memory: larger nvCOMP batches, faster reads),
+        ``region_scratch`` that of reads of part of a level, and ``host_threads`` the host
+        threads that decode small reads."""
         import cupy
 
-        self.scratch_fraction = SCRATCH_FRACTION if scratch_fraction is None else scratch_fraction
-        self.scratch_floor = SCRATCH_FLOOR if scratch_floor is None else int(scratch_floor)
-        if region_scratch is None:
-            region_scratch = REGION_SCRATCH
-        if self.scratch_fraction < 0 or self.scratch_floor < 0 or (region_scratch or 0) < 0:
-            raise ValueError("scratch_fraction, scratch_floor and region_scratch must be >= 0")
-        self.host_threads = DEFAULT_THREADS if host_threads is None else int(host_threads)
-        if self.host_threads < 0:
-            raise ValueError(f"host_threads must be >= 0, got {host_threads}")
+        given = {
+            "scratch_fraction": scratch_fraction,
+            "scratch_floor": scratch_floor,
+            "region_scratch": region_scratch,
+            "host_threads": host_threads,
+        }
+        self.settings = (settings or config.get()).replace(
+            **{k: v for k, v in given.items() if v is not None}
+        )
+        self.scratch_fraction = self.settings.scratch_fraction
+        self.scratch_floor = self.settings.scratch_floor
+        region_scratch = self.settings.region_scratch
+        threads = self.settings.host_threads
+        self.host_threads = default_threads() if threads is None else threads
 
         self.xp = cupy
         self.device = cupy.cuda.Device(cupy.cuda.Device().id if ordinal is None else ordinal)
@@ -128,18 +129,18 @@ class GpuBackend(Backend):
 
     def staging_batch_bytes(self) -> int:
         # Most of the ring: the next batch's reads start while this one's copy finishes.
-        return staging_pool().cap * 3 // 4
+        return self._staging().cap * 3 // 4
+
+    def _staging(self) -> Any:
+        return staging_pool(self.settings.pinned_bytes)
 
     def byte_source(self, store: Any) -> ByteSource | None:
-        """Local files through kvikio's thread pool (``LINUMPY_GPU_FETCH=pread``: Python
-        threads, the engine's own reader)."""
-        choice = os.environ.get("LINUMPY_GPU_FETCH", "kvikio")
-        if choice not in ("kvikio", "pread"):
-            raise ValueError(f"LINUMPY_GPU_FETCH must be 'kvikio' or 'pread', got {choice!r}")
+        """Local files through kvikio's thread pool where kvikio is installed (else the
+        engine's own reader)."""
         root = getattr(store, "root", None)
-        if choice == "pread" or type(store).__name__ != "LocalStore" or root is None:
+        if type(store).__name__ != "LocalStore" or root is None or not kvikio_available():
             return None
-        return KvikioFileSource(root) if kvikio_available() else None
+        return KvikioFileSource(root, self.settings.io_threads, self.settings.read_ahead_bytes)
 
     def stages_unaligned(self, fmt: ChunkFormat | None) -> bool:
         """Compressed chunks only (raw chunks are used in place, by typed loads), and for
@@ -175,7 +176,6 @@ class GpuBackend(Backend):
         ) + (1 << 20)
         slots = (on_gpu - direct_on_gpu) * stride
         temp = zstd_api().decompress_temp_bytes(on_gpu, fmt.nbytes, on_gpu * fmt.nbytes, 0)
-        temp = int(temp * planned_temp_share(fmt.nbytes))
         return (host_slots, stored, slots, round_up(temp, SLOT_ALIGN))
 
     def movable_slots(self, fmt: ChunkFormat) -> int | None:
@@ -255,17 +255,12 @@ class GpuBackend(Backend):
 
     def _launch_copy(self, jobs: np.ndarray, ndim: int, itemsize: int) -> None:
         n = len(jobs)
-        wide = wide_copy_units()
-        unit = widest_unit(jobs, ndim, itemsize) if wide else itemsize
+        unit = widest_unit(jobs, ndim, itemsize)
         jobs = in_units(jobs, ndim, itemsize, unit)
         rows = int(np.prod(jobs[:, SHAPE : SHAPE + ndim - 1], axis=1).max()) if ndim > 1 else 1
         inner = int(jobs[:, SHAPE + ndim - 1].max())
         lanes = min(COPY_BLOCK, 1 << max(0, inner - 1).bit_length())
-        if wide:
-            block = COPY_BLOCK
-        else:  # one row per block, as before wide units (kept for comparison runs)
-            lanes = max(32, lanes)
-            block = lanes
+        block = COPY_BLOCK
         grid_x = max(1, min(-(-rows // (block // lanes)), MAX_COPY_BLOCKS_PER_JOB))
         fn = kernel(f"scatter_{unit}")
         with self.device:
@@ -283,7 +278,7 @@ class GpuBackend(Backend):
                 )
 
     def acquire_staging(self, expected_bytes: int = 0):
-        return staging_pool().batch(expected_bytes)
+        return self._staging().batch(expected_bytes)
 
     def release_staging(self, staging) -> None:
         if staging is not None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .deps import require_gpu
+from linumpy_gpu.gpu.deps import require_gpu
 
 DEFAULT_BATCH_SIZE = 1024
 DEFAULT_CONCURRENCY = 64
@@ -47,7 +47,7 @@ def gpu_zarr_context(
     import cupy
     import zarr
 
-    from .zstd_codec import QUALNAME, ensure_registered
+    from linumpy_gpu.gpu.zarr_codec import QUALNAME, ensure_registered
 
     ensure_registered()
     settings = {
@@ -134,7 +134,7 @@ async def _v2_decode_single(self: Any, chunk_bytes: Any, chunk_spec: Any) -> Any
 
 
 def _v2_decode_sync_zstd(self: Any, chunk_bytes: Any, chunk_spec: Any) -> Any:
-    from .zstd_codec import decode_frames
+    from linumpy_gpu.gpu.zarr_codec import decode_frames
 
     frame = chunk_bytes.as_array_like().reshape(-1).view(np.uint8)
     raw = decode_frames([frame], _nbytes(chunk_spec), "zarr v2 zstd")[0]
@@ -150,7 +150,7 @@ async def _v2_decode_batch(self: Any, chunks_and_specs: Any) -> Any:
         return await _original("decode")(self, items)
 
     def run() -> list[Any]:
-        from .zstd_codec import decode_frames
+        from linumpy_gpu.gpu.zarr_codec import decode_frames
 
         present = [i for i, (b, _) in enumerate(items) if b is not None]
         out: list[Any] = [None] * len(items)

@@ -14,8 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..engine.plan import ChunkPlan
-from ..env import env_int
+from linumpy_gpu.core.plan import ChunkPlan
 
 JOB_COLUMNS = 20
 SHAPE, SOURCE_STRIDES, TARGET_STRIDES = 2, 8, 14
@@ -61,12 +60,6 @@ def place_jobs(
         cs * plan.chunk_step,
         ds,
     )
-
-
-def wide_copy_units() -> bool:
-    """Whether copies use wide units and several rows per thread block (the default);
-    ``LINUMPY_GPU_WIDE_COPY=0`` copies one row per block in the array's own items."""
-    return bool(env_int("LINUMPY_GPU_WIDE_COPY", 1))
 
 
 def widest_unit(jobs: np.ndarray, ndim: int, itemsize: int) -> int:

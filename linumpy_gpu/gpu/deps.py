@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from functools import lru_cache
 
-from ..errors import GpuUnavailableError
+from linumpy_gpu.errors import GpuUnavailableError
 
 INSTALL_HINT = (
     "install the GPU extra that matches your CUDA driver: "
@@ -28,7 +28,7 @@ def missing_pieces() -> tuple[str, ...]:
         except Exception as exc:  # no driver, no device, broken install
             missing.append(f"a usable CUDA device ({type(exc).__name__}: {exc})")
     try:
-        from .nvcomp_lib import find_libnvcomp, zstd_api
+        from linumpy_gpu.gpu.nvcomp.lib import find_libnvcomp, zstd_api
 
         find_libnvcomp()
         if not missing:  # with a working CUDA runtime, also load it and check its API

@@ -28,12 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from ..codecs.zstd import decode_into as zstd_decode_into
-from ..env import env_int
-from .side_pinned import GrowingHostBuffer
+from linumpy_gpu.codecs.zstd import decode_into as zstd_decode_into
+from linumpy_gpu.gpu.pinned import GrowingHostBuffer
 
-# Host cores left to the fetch threads and the Python thread driving the GPU.
-DEFAULT_THREADS = env_int("LINUMPY_GPU_HOST_THREADS", max(0, (os.cpu_count() or 2) - 2))
+
+def default_threads() -> int:
+    """All cores but two: those are left to the fetch threads and the thread driving the GPU."""
+    return max(0, (os.cpu_count() or 2) - 2)
+
+
 UNIT_BYTES = 4 << 20  # decoded bytes per unit of work (one copy to the device each)
 # Before anything was timed: one thread block decodes a chunk at about this rate, so an
 # nvCOMP batch takes about one chunk's time (4 MiB: 33-43 ms on an H200, nvCOMP 6), and
@@ -353,7 +356,7 @@ _decoders: dict[tuple[int, int], HostDecoder] = {}
 _decoders_lock = threading.Lock()
 
 
-def host_decoder(device_id: int, threads: int = DEFAULT_THREADS) -> HostDecoder:
+def host_decoder(device_id: int, threads: int) -> HostDecoder:
     """The process-wide host decoder of a device (one pool, one set of measured rates)."""
     with _decoders_lock:
         key = (device_id, threads)

@@ -9,7 +9,7 @@ def info() -> dict[str, Any]:
     """GPU, CUDA driver/runtime, cupy, nvCOMP, kvikio and the GDS mode, as a dict."""
     import cupy
 
-    from .nvcomp_lib import find_libnvcomp, nvcomp_version
+    from linumpy_gpu.gpu.nvcomp.lib import find_libnvcomp, nvcomp_version
 
     dev = cupy.cuda.Device()
     props = cupy.cuda.runtime.getDeviceProperties(dev.id)
@@ -30,7 +30,7 @@ def info() -> dict[str, Any]:
     try:
         import kvikio
 
-        from .gds_store import gds_mode
+        from linumpy_gpu.gpu.gds_store import gds_mode
 
         result["kvikio"] = kvikio.__version__
         result["gds mode"] = gds_mode()

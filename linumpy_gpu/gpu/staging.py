@@ -1,8 +1,7 @@
 """Pinned host staging for compressed bytes: reads land here, then go to the GPU.
 
-A process-wide ring of fixed-size pinned arenas, bounded by a cap
-(``LINUMPY_GPU_PINNED_CAP`` bytes, default 1 GiB, in arenas of ``LINUMPY_GPU_PINNED_ARENA``
-bytes, default 64 MiB). A batch fills arenas as its reads need them (one
+A process-wide ring of fixed-size pinned arenas (64 MiB each), bounded by a cap (the
+``pinned_bytes`` setting, default 1 GiB). A batch fills arenas as its reads need them (one
 :class:`StagedBatch` per batch) and gives them back as soon as its bytes are on the device,
 so the next batch's reads never wait for a decode. Threads reading at once share the ring:
 a batch that knows about how many bytes it will read takes that many arenas before its
@@ -25,11 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.batching import SLOT_ALIGN
-from ..env import env_int
+from linumpy_gpu.engine.batching import SLOT_ALIGN
 
-DEFAULT_CAP = env_int("LINUMPY_GPU_PINNED_CAP", 1 << 30, minimum=1)
-DEFAULT_ARENA = env_int("LINUMPY_GPU_PINNED_ARENA", 64 << 20, minimum=1)
+ARENA_BYTES = 64 << 20
 # How long a batch waits for arenas held by others before reading into ordinary memory:
 # long enough for the previous batch's upload to give its arenas back (~15 ms for 768 MiB),
 # short enough that readers filling the ring from several threads do not queue behind one
@@ -74,8 +71,8 @@ class StagingPool:
 
     def __init__(
         self,
-        cap: int = DEFAULT_CAP,
-        arena_bytes: int = DEFAULT_ARENA,
+        cap: int = 1 << 30,
+        arena_bytes: int = ARENA_BYTES,
         make_arena: Any = Arena,
     ):
         self.cap = max(cap, 1 << 20)
@@ -293,13 +290,14 @@ class StagedBatch:
             self.pool.release(arena)
 
 
-_pool: StagingPool | None = None
-_pool_lock = threading.Lock()
+_pools: dict[int, StagingPool] = {}
+_pools_lock = threading.Lock()
 
 
-def staging_pool() -> StagingPool:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = StagingPool()
-        return _pool
+def staging_pool(cap: int) -> StagingPool:
+    """The process's ring of ``cap`` bytes (one per cap: readers that share a cap share
+    its arenas)."""
+    with _pools_lock:
+        if cap not in _pools:
+            _pools[cap] = StagingPool(cap)
+        return _pools[cap]

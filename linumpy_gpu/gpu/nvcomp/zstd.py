@@ -4,12 +4,9 @@ Decode of one batch:
   1. stage the compressed frames in one device buffer (from pinned host memory: one copy);
   2. ``zstd_frame_check`` validates every frame (header, every block header, sizes, end);
   3. only frames that pass go to ``nvcompBatchedZstdDecompressAsync``, which writes straight
-     into the caller's output slots and reports a status and an actual size per frame; with
-     ``LINUMPY_GPU_EXACT_WORKSPACE=1`` its workspace is sized from the frames while they are
-     still in pinned host memory (about half of what their sizes alone call for; steps 2
-     and 3's sizing then run there, before the copy of step 1 is queued:
-     :meth:`ZstdBatchCodec.check_staged`), and where that does not fit the memory the
-     caller gave, the batch is decoded in parts;
+     into the caller's output slots and reports a status and an actual size per frame (its
+     workspace sized from the frames' sizes: sizing it from the frames themselves halves it
+     but costs a synchronous pass that cannot overlap a decode, which is slower overall);
   4. frames that carry a content checksum are verified on the GPU (XXH64);
   5. anything refused or failed is decoded by the CPU zstd (numcodecs): a valid frame the GPU
      could not handle still reads correctly, a damaged one yields a reason with both verdicts.
@@ -27,34 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.batching import SLOT_ALIGN, best_fit
-from .kernels import FRAME_STATUS, kernel
-from .nvcomp_lib import exact_workspace_requested, zstd_api
-from .side_pinned import GrowingHostBuffer
+from linumpy_gpu.codecs import zstd as zstd_cpu
+from linumpy_gpu.codecs.errors import CodecError
+from linumpy_gpu.engine.batching import SLOT_ALIGN, best_fit
+from linumpy_gpu.gpu.kernels import FRAME_STATUS, kernel
+from linumpy_gpu.gpu.nvcomp.lib import zstd_api
+from linumpy_gpu.gpu.pinned import GrowingHostBuffer
 
 _BLOCK = 128
-# Batches are planned with the largest share of nvCOMP's size-based workspace estimate that
-# frames of their chunk size have needed so far, times this margin (the frames are sized
-# exactly once fetched; a batch that needs more is decoded in parts).
-TEMP_MARGIN = 1.15
-_temp_share: dict[int, float] = {}
-_temp_share_lock = threading.Lock()
-
-
-def planned_temp_share(nbytes: int) -> float:
-    """The share of nvCOMP's size-based workspace estimate to plan a batch of ``nbytes``
-    chunks with: 1 until frames of that size were sized, and whenever decodes do not size
-    them (the plan must not count on less than the decode will take)."""
-    if not exact_workspace_requested():
-        return 1.0
-    with _temp_share_lock:
-        seen = _temp_share.get(nbytes)
-    return 1.0 if seen is None else min(1.0, seen * TEMP_MARGIN)
-
-
-def _learn_temp_share(nbytes: int, share: float) -> None:
-    with _temp_share_lock:
-        _temp_share[nbytes] = max(share, _temp_share.get(nbytes, 0.0))
 
 
 def round_up(n: int, k: int) -> int:
@@ -79,17 +56,6 @@ class DecodedBatch:
     def slot_ref(self, i: int) -> DeviceSlot:
         """Chunk i without building a cupy view (cheap; the view is made on demand)."""
         return DeviceSlot(self, i, int(self.ptrs[i]))
-
-
-@dataclass
-class StagedCheck:
-    """A batch's frames checked, and nvCOMP's workspace sized for those that pass, where
-    the fetch stage read them (pinned staging, which the device reads directly)."""
-
-    status: np.ndarray  # int32, the frame check's verdict per frame
-    status_d: Any  # the same on the device (the checksum kernel reads it)
-    stored_d: Any  # uint32 per frame: the content checksum the frame carries
-    need: int | None  # nvCOMP's workspace for the frames that passed, read from them
 
 
 @dataclass
@@ -180,22 +146,6 @@ class ZstdBatchCodec:
 
     # -- decode -------------------------------------------------------------------------
 
-    def check_staged(self, host_ptrs: np.ndarray, sizes: np.ndarray, nbytes: int) -> StagedCheck:
-        """Check the frames at ``host_ptrs`` (pinned host memory, read by the device without
-        a copy) and size nvCOMP's workspace for those that pass, from the same bytes."""
-        base = host_ptrs.min()
-        status_d, stored_d, status = self._check_frames(base, host_ptrs - base, sizes, nbytes)
-        ok = np.flatnonzero((status == 0) | (status == 1))
-        need = None
-        if ok.size:  # only frames that passed are sized: the sizing walks their blocks
-            m = int(ok.size)
-            d_ok = self._upload(np.stack([host_ptrs[ok], sizes[ok]]))
-            need = self.api.decompress_temp_bytes_exact(
-                d_ok[0].data.ptr, d_ok[1].data.ptr, m, nbytes, m * nbytes, self.stream.ptr
-            )
-        # No wait needed here: the verdicts were copied back and nvCOMP's sizing is synchronous.
-        return StagedCheck(status, status_d, stored_d, need)
-
     def _check_frames(
         self, base: np.uint64, offsets: np.ndarray, sizes: np.ndarray, nbytes: int
     ) -> tuple[Any, Any, np.ndarray]:
@@ -235,21 +185,16 @@ class ZstdBatchCodec:
         ``workspace`` where they fit. ``slot_region`` (address, bytes, owner): memory the
         slots may decode into if they fit, but not stay in: once decoded they move into
         nvCOMP's workspace, which the batch no longer needs (the caller's output bytes that
-        this batch will write).
-
-        With the workspace sized from the frames (``LINUMPY_GPU_EXACT_WORKSPACE``), staged
-        frames are checked and sized where they are, before this batch's copy is queued:
-        nvCOMP's sizing (8-12 ms a batch itself, run 42) also waits for whatever the device
-        is doing (a running decode: ~36 ms more), and between batches the device is idle."""
+        this batch will write)."""
         workspace = workspace or Workspace()
         sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
         self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
-        sizing = self.api.sizes_from_frames()
         where = staging.locate_all(frames) if staging is not None and frames else None
         if where is not None:
             arena_of, in_arena = where
-            bases = np.array([a.base for a in staging.arenas], dtype=np.int64)
-            host_ptrs = (bases[arena_of] + in_arena).astype(np.uint64)
+            comp, starts = staging.upload(lambda n: workspace.take(n, self.stream), self.stream)
+            offsets = (np.asarray(starts, dtype=np.int64)[arena_of] + in_arena).astype(np.uint64)
+            release = staging.release
         else:  # packed into this codec's own pinned buffer first
             padded = (sizes + np.uint64(SLOT_ALIGN - 1)) // np.uint64(SLOT_ALIGN)
             padded *= np.uint64(SLOT_ALIGN)
@@ -260,28 +205,10 @@ class ZstdBatchCodec:
             host = self.packing.get(total)
             for f, off, size in zip(frames, offsets, sizes, strict=True):
                 host[int(off) : int(off) + int(size)] = np.frombuffer(f, dtype=np.uint8)
-            # the device reads pinned memory in place; ordinary memory only once copied
-            host_ptrs = np.uint64(host.ctypes.data) + offsets if self.packing.is_pinned else None
-        checked = (
-            self.check_staged(host_ptrs, sizes, nbytes)
-            if sizing and frames and host_ptrs is not None
-            else None
-        )
-        if where is not None:
-            # when the frames are sized, the arenas stay ours until then (read there: a
-            # batch too large for its workspace is sized again in parts)
-            comp, starts = staging.upload(
-                lambda n: workspace.take(n, self.stream), self.stream, release=not sizing
-            )
-            offsets = (np.asarray(starts, dtype=np.int64)[arena_of] + in_arena).astype(np.uint64)
-            release = staging.release
-        else:
             comp = workspace.take(max(total, 1), self.stream)
             comp.data.copy_from_host_async(
                 ctypes.c_void_p(host.ctypes.data), max(total, 1), self.stream
             )
-            if host_ptrs is None:  # sized from the copy instead (nvCOMP reads either)
-                host_ptrs = np.uint64(comp.data.ptr) + offsets
             release = staging.release if staging is not None else None
         return self._decode_staged(
             comp,
@@ -290,10 +217,8 @@ class ZstdBatchCodec:
             nbytes,
             targets=targets,
             workspace=workspace,
-            host_ptrs=host_ptrs,
             release=release,
             slot_region=slot_region,
-            checked=checked,
         )
 
     def upload_raw(self, frames: Sequence[Any], nbytes: int, staging: Any = None) -> DecodedBatch:
@@ -358,13 +283,11 @@ class ZstdBatchCodec:
         nbytes: int,
         targets: np.ndarray | None = None,
         workspace: Workspace | None = None,
-        host_ptrs: np.ndarray | None = None,
         release: Callable[[], None] | None = None,
         slot_region: tuple[int, int, Any] | None = None,
-        checked: StagedCheck | None = None,
     ) -> DecodedBatch:
-        """``host_ptrs``: where the same frames sit in pinned host memory (sized there),
-        until ``release()`` is called; ``checked``: their check and size from there."""
+        """Check, decode and verify the frames at ``comp + offsets``; ``release()`` gives
+        back the pinned staging they came from once they are no longer read there."""
         cp = self.cupy
         workspace = workspace or Workspace()
         n = len(sizes)
@@ -386,29 +309,23 @@ class ZstdBatchCodec:
         temp = None
         if n == 0:
             return batch
-        if checked is not None:  # checked in staging, the bytes now in ``comp``
-            status, stored, status_h = checked.status_d, checked.stored_d, checked.status
-        else:  # waits for the verdicts: the decode set depends on them
-            status, stored, status_h = self._check_frames(
-                np.uint64(comp.data.ptr), offsets, sizes, nbytes
-            )
+        # waits for the verdicts: the decode set depends on them
+        status, stored, status_h = self._check_frames(
+            np.uint64(comp.data.ptr), offsets, sizes, nbytes
+        )
         ok = np.flatnonzero((status_h == 0) | (status_h == 1))
         nv_status_h = np.zeros(n, dtype=np.int32)
         actual_h = np.full(n, nbytes, dtype=np.uint64)
         mismatch_h = np.zeros(n, dtype=np.int32)
         if ok.size:
             m = int(ok.size)
-            args = np.empty((5, m), dtype=np.uint64)
+            args = np.empty((4, m), dtype=np.uint64)
             args[0] = np.uint64(comp.data.ptr) + offsets[ok]
             args[1] = sizes[ok]
             args[2] = nbytes
             args[3] = ptrs[ok]
-            args[4] = 0 if host_ptrs is None else host_ptrs[ok]
             d_args = self._upload(args)
-            # only frames that passed the check are sized: the sizing walks their blocks
-            parts, temp_bytes = self._plan_parts(
-                d_args, m, nbytes, host_ptrs, workspace, None if checked is None else checked.need
-            )
+            temp_bytes = self.api.decompress_temp_bytes(m, nbytes, m * nbytes, self.stream.ptr)
             if release is not None:
                 release()  # the fetch stage may refill the arenas now
             temp = workspace.take(temp_bytes, self.stream)
@@ -416,19 +333,18 @@ class ZstdBatchCodec:
                 actual = cp.empty(m, dtype=np.uint64)
                 nv_status = cp.empty(m, dtype=np.int32)
                 mismatch = cp.zeros(n, dtype=np.int32)
-            for first, stop, part_temp in parts:  # one after another on this stream
-                self.api.decompress(
-                    d_args[0, first:stop].data.ptr,
-                    d_args[1, first:stop].data.ptr,
-                    d_args[2, first:stop].data.ptr,
-                    actual[first:stop].data.ptr,
-                    stop - first,
-                    temp.data.ptr,
-                    part_temp,
-                    d_args[3, first:stop].data.ptr,
-                    nv_status[first:stop].data.ptr,
-                    self.stream.ptr,
-                )
+            self.api.decompress(
+                d_args[0].data.ptr,
+                d_args[1].data.ptr,
+                d_args[2].data.ptr,
+                actual.data.ptr,
+                m,
+                temp.data.ptr,
+                temp_bytes,
+                d_args[3].data.ptr,
+                nv_status.data.ptr,
+                self.stream.ptr,
+            )
             if (status_h[ok] == 1).any():
                 d_ptrs = self._upload(ptrs)
                 with self.stream:
@@ -486,61 +402,10 @@ class ZstdBatchCodec:
             need_slot.size, dtype=np.uint64
         ) * np.uint64(stride)
 
-    def _plan_parts(
-        self,
-        d_args: Any,
-        m: int,
-        nbytes: int,
-        host_ptrs: Any,
-        workspace: Workspace,
-        sized: int | None = None,
-    ) -> tuple[list[tuple[int, int, int]], int]:
-        """How the ``m`` checked frames are decoded: [(first, stop, workspace bytes)] and
-        the workspace to take. One part, with the workspace the frames need (``sized``
-        where they were checked before their copy, else sized from their pinned copies;
-        from their sizes alone without them); where that exceeds the room ``workspace``
-        has left, as many parts as it takes for each to fit."""
-        by_sizes = self.api.decompress_temp_bytes(m, nbytes, m * nbytes, self.stream.ptr)
-        if host_ptrs is None or not self.api.sizes_from_frames():
-            return [(0, m, by_sizes)], by_sizes
-
-        def exact(first: int, stop: int) -> int:
-            count = stop - first
-            need = self.api.decompress_temp_bytes_exact(
-                d_args[4, first:stop].data.ptr,
-                d_args[1, first:stop].data.ptr,
-                count,
-                nbytes,
-                count * nbytes,
-                self.stream.ptr,
-            )
-            worst = self.api.decompress_temp_bytes(count, nbytes, count * nbytes, self.stream.ptr)
-            return worst if need is None or need > worst else need
-
-        # checked before their copy: already sized (never above the estimate from sizes)
-        need = min(sized, by_sizes) if sized is not None else exact(0, m)
-        _learn_temp_share(nbytes, need / max(1, by_sizes))
-        room = workspace.room()
-        if room is None or need <= room or m == 1:
-            return [(0, m, need)], need
-        pieces = -(-need // max(1, room))
-        while True:
-            bounds = np.linspace(0, m, min(m, pieces) + 1).astype(int)
-            parts = [
-                (int(a), int(b), exact(int(a), int(b)))
-                for a, b in zip(bounds[:-1], bounds[1:], strict=True)
-            ]
-            largest = max(p[2] for p in parts)
-            if largest <= room or pieces >= m:
-                return parts, largest
-            pieces = min(m, 2 * pieces)
-
     def _cpu_fallback(self, batch: DecodedBatch, i: int, frame: bytes, gpu_reason: str) -> None:
-        import numcodecs
-
-        try:
-            decoded = numcodecs.Zstd().decode(frame)
-        except Exception as exc:
+        try:  # bounded: a frame the device refused may declare any size
+            decoded = zstd_cpu.decode(frame, batch.nbytes)
+        except CodecError as exc:
             batch.failures[i] = f"{gpu_reason}; the CPU zstd agrees: {exc}"
             return
         raw = np.frombuffer(decoded, dtype=np.uint8)

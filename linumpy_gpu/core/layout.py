@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..codecs import ByteCodec, from_numcodecs, from_v3_codec
+from linumpy_gpu.codecs import ByteCodec, from_numcodecs, from_v3_codec
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,16 @@ from functools import lru_cache
 
 @lru_cache(maxsize=1)
 def find_libnvcomp() -> str:
-    """Path of libnvcomp.so: ``$LINUMPY_GPU_NVCOMP_LIB``, the pip wheels, then the system."""
-    override = os.environ.get("LINUMPY_GPU_NVCOMP_LIB")
+    """Path of libnvcomp.so: the ``nvcomp_library`` setting, the pip wheels, then the
+    system."""
+    from linumpy_gpu import config
+
+    override = config.get().nvcomp_library
     if override:
         if not os.path.exists(override):
-            raise FileNotFoundError(f"LINUMPY_GPU_NVCOMP_LIB={override} does not exist")
+            raise FileNotFoundError(
+                f"the nvcomp_library setting names {override}, which does not exist"
+            )
         return override
     for package in ("nvidia.libnvcomp", "nvidia.nvcomp"):
         try:
@@ -78,19 +83,6 @@ class Properties(ctypes.Structure):
 
 class NvcompError(RuntimeError):
     pass
-
-
-def exact_workspace_requested() -> bool:
-    """``LINUMPY_GPU_EXACT_WORKSPACE=1``: size nvCOMP's zstd workspace from the frames (in
-    pinned staging, before each batch's copy to the device). It halves the workspace of
-    zstd level 3 frames, so batches within the memory budget are fewer (128^3: 9 -> 7,
-    planes 9 -> 6), but nvCOMP's sizing costs 8-12 ms a batch and cannot overlap a decode:
-    on the H200 host +6-10% in run 40, +4% / -6% (128^3 / planes) in run 42, about the
-    ~35 ms of nvCOMP per batch it saves. Off by default (docs/performance.md)."""
-    value = os.environ.get("LINUMPY_GPU_EXACT_WORKSPACE", "0").strip()
-    if value not in ("", "0", "1"):
-        raise ValueError(f"LINUMPY_GPU_EXACT_WORKSPACE must be 0 or 1, got {value!r}")
-    return value == "1"
 
 
 class ZstdApi:
@@ -158,22 +150,6 @@ class ZstdApi:
             fn = getattr(lib, name)
             fn.argtypes = argtypes
             fn.restype = ctypes.c_int
-        # sizes the workspace from the frames themselves (nvCOMP 5+; absent: sized from the
-        # chunk sizes alone, about twice as much for zstd level 3)
-        self._exact_temp = getattr(lib, "nvcompBatchedZstdDecompressGetTempSizeSync", None)
-        if self._exact_temp is not None:
-            self._exact_temp.argtypes = [
-                c_void_p,
-                c_void_p,
-                c_size_t,
-                c_size_t,
-                c_void_p,
-                c_size_t,
-                DecompressOpts,
-                c_void_p,
-                c_void_p,
-            ]
-            self._exact_temp.restype = ctypes.c_int
         self.dopts = DecompressOpts()  # zeroed: default backend
         self.copts = CompressOpts()
         self.decompress_alignments = self._alignments(
@@ -206,27 +182,6 @@ class ZstdApi:
             "zstd decompress temp size",
         )
         return out.value
-
-    def sizes_from_frames(self) -> bool:
-        """Whether decodes size nvCOMP's workspace from the frames (see
-        :func:`exact_workspace_requested`; needs an nvCOMP that can)."""
-        return exact_workspace_requested() and self._exact_temp is not None
-
-    def decompress_temp_bytes_exact(
-        self, ptrs: int, sizes: int, n: int, max_chunk: int, total: int, stream: int
-    ) -> int | None:
-        """The workspace the frames at ``ptrs`` (a device array of ``n`` pointers, with
-        their sizes at ``sizes``) need, read from the frames; None where this nvCOMP cannot
-        tell. Waits for the device, not only ``stream`` (a running decode delays it). Frames
-        in pinned host memory: 7.7-12.3 ms for 50-544 frames of 2-4 MiB inside a read on the
-        H200 host (run 42); from device memory 33-44 ms (run 17)."""
-        if not self.sizes_from_frames():
-            return None
-        out = c_size_t(0)
-        status = self._exact_temp(
-            ptrs, sizes, n, max_chunk, ctypes.byref(out), total, self.dopts, None, stream
-        )
-        return int(out.value) if status == NVCOMP_SUCCESS else None
 
     def decompress(
         self,

@@ -20,7 +20,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator
 
-from .errors import StoreError, StoreExistsError
+from linumpy_gpu.errors import StoreError, StoreExistsError
 
 STAGING_SUFFIX = ".linumpy-gpu-partial"
 LOCK_FILE = ".linumpy-gpu.lock"

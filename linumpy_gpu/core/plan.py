@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .selection import AxisSelection, Selection
+from linumpy_gpu.core.selection import AxisSelection, Selection
 
 
 class ChunkTask(NamedTuple):

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.fetch import (
+from linumpy_gpu.errors import StoreError, StorePermissionError
+from linumpy_gpu.io.sources import (
     DISK_THREADS,
     REPROBE,
     SLOW_THREAD_RATE,
@@ -28,8 +29,6 @@ from ..engine.fetch import (
     LocalFileSource,
     spans_in_file,
 )
-from ..env import env_int
-from ..errors import StoreError, StorePermissionError
 
 # Files open at once (kvikio opens each twice, with and without O_DIRECT): well under the
 # usual limit of 1024 descriptors.
@@ -63,21 +62,17 @@ CONFIRMED_SLOW_RATE = 3e9
 # chunks are one file per directory, so each cold open reads a directory and an inode.
 # Whole files only: a shard's runs (few files) gained nothing and measured worse with it
 # (runs 67-68: cold shards 63-66% of the ceiling against 75%).
-# LINUMPY_GPU_LOOK_AHEAD_FILES=0: none before the storage is confirmed slow.
-LOOK_AHEAD_FILES = env_int("LINUMPY_GPU_LOOK_AHEAD_FILES", 64)
+LOOK_AHEAD_FILES = 64
 # kvikio's pool size when the user has not chosen one (KVIKIO_NTHREADS): as many reads in
 # flight as a disk wants; on the page cache extra threads cost nothing here (no GIL).
 KVIKIO_THREADS = DISK_THREADS
 # Ranges of larger files (a shard's runs of inner chunks) on storage confirmed slow (a whole
 # fetch, see CONFIRM_BYTES) are read with O_DIRECT: kvikio's opportunistic direct reads send
-# page-aligned middles to the device as submitted, past the page cache and its readahead.
-# H200 host, cold cache (runs 62-63): a sharded level 78-88% of the ceiling against 66-68%
-# buffered; whole chunk files the other way (planes 71% against 95%, 128^3 79% against 105%:
-# readahead serves a whole small file well), so they stay buffered. Never while probing: on
-# the page cache O_DIRECT would read the disk instead. LINUMPY_GPU_SLOW_DIRECT_IO=0: off.
-# Only with read-ahead off (READ_AHEAD_BYTES=0): what a reader advised ahead is in the page
-# cache, and read-ahead did better (runs 82-83: 74-77% against 57-66% with O_DIRECT).
-SLOW_DIRECT_IO = os.environ.get("LINUMPY_GPU_SLOW_DIRECT_IO", "1") != "0"
+# page-aligned middles to the device as submitted, past the page cache and its readahead,
+# which a disk serves faster for long runs; whole chunk files the other way (readahead
+# serves a whole small file well), so they stay buffered. Never while probing (on the page
+# cache O_DIRECT would read the disk instead), and only where the reader does not ask the
+# OS to read ahead (what it advised is in the page cache, which O_DIRECT skips).
 
 _configured = False
 _configure_lock = threading.Lock()
@@ -161,8 +156,13 @@ class KvikioFileSource(LocalFileSource):
     """Reads files under ``root`` with kvikio (``pread`` into the caller's buffers, e.g. the
     pinned staging ring); the same requests and results as :class:`LocalFileSource`."""
 
-    def __init__(self, root: str | os.PathLike[str]):
-        super().__init__(root)
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        threads: int | None = None,
+        read_ahead_bytes: int = 512 << 20,
+    ):
+        super().__init__(root, threads, read_ahead_bytes)
         self.slow_confirmed = False  # a whole fetch was slow: see CONFIRMED_SLOW_RATE
         _configure_pool()
 
@@ -204,11 +204,7 @@ class KvikioFileSource(LocalFileSource):
         direct = (
             _direct_reads()
             # bytes a reader asked the OS for ahead are in the page cache, which O_DIRECT skips
-            if not probing
-            and self.slow_confirmed
-            and ranges
-            and SLOW_DIRECT_IO
-            and not self.reads_ahead()
+            if not probing and self.slow_confirmed and ranges and not self.reads_ahead()
             else contextlib.nullcontext()
         )
         t0 = time.perf_counter()
@@ -236,8 +232,7 @@ class KvikioFileSource(LocalFileSource):
                         self.warm_metadata(keys[opened:])
                         looked_up = len(keys)
             if (
-                LOOK_AHEAD_FILES > 0
-                and not ranges
+                not ranges
                 and self.slow_storage
                 and not probing
                 and looked_up - opened < LOOK_AHEAD_FILES // 2

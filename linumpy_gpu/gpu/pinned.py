@@ -7,7 +7,7 @@ chunks decoded on the CPU by other codecs, and compressed chunks on their way ba
 GPU encoder. Each thread keeps one such buffer per path and grows it by doubling. Pinned,
 those buffers once grew outside every cap (8 tile readers spilling past the ring each held
 a batch's worth). Here they are pinned while all of them together fit
-``LINUMPY_GPU_SIDE_PINNED_BYTES`` (default 256 MiB); past it a buffer is ordinary memory,
+DEFAULT_BUDGET (256 MiB); past it a buffer is ordinary memory,
 which the driver copies through its own staging (slower, bounded).
 """
 
@@ -19,9 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..env import env_int
-
-DEFAULT_BUDGET = env_int("LINUMPY_GPU_SIDE_PINNED_BYTES", 256 << 20)
+DEFAULT_BUDGET = 256 << 20
 MIN_BYTES = 1 << 20
 
 

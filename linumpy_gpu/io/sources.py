@@ -20,9 +20,10 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .. import fileio
-from ..env import env_int
-from ..errors import StoreError, StorePermissionError
+from linumpy_gpu import config
+from linumpy_gpu.config import Settings
+from linumpy_gpu.errors import StoreError, StorePermissionError
+from linumpy_gpu.io import files as fileio
 
 MAX_IO_THREADS = min(16, 2 * (os.cpu_count() or 2))
 # Below this many bytes per read, a thread spends more time handing the GIL around than
@@ -38,11 +39,10 @@ REPROBE = 8
 # bytes on separate threads: a batch may touch fewer files than there are threads.
 PIECE_BYTES = 8 << 20
 # On storage slower than the page cache, a reader tells the OS which stored bytes it will
-# fetch next, this many beyond the batch being fetched (posix_fadvise WILLNEED, from one
-# background thread): the disk then streams them into the page cache while the current
-# batch is read and between batches, where each batch's reads otherwise drain before the
-# next batch's start. 0 turns it off (LINUMPY_GPU_READ_AHEAD_BYTES).
-READ_AHEAD_BYTES = env_int("LINUMPY_GPU_READ_AHEAD_BYTES", 512 << 20, minimum=0)
+# fetch next, a window beyond the batch being fetched (posix_fadvise WILLNEED, from one
+# background thread; the window is the ``read_ahead_bytes`` setting): the disk then streams
+# them into the page cache while the current batch is read and between batches, where each
+# batch's reads otherwise drain before the next batch's start.
 _CAN_ADVISE = hasattr(os, "posix_fadvise")
 
 
@@ -129,13 +129,10 @@ def file_version(path: str, info: os.stat_result | None = None) -> Hashable | No
     return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, fileio.generation(path))
 
 
-def _env_threads() -> int | None:
-    return env_int("LINUMPY_GPU_IO_THREADS", None, minimum=1)
-
-
 class LocalFileSource:
     """Reads files under ``root`` with positional reads from a shared thread pool
-    (``threads`` of them, or ``LINUMPY_GPU_IO_THREADS``; by default sized per fetch).
+    (``threads`` of them, by default sized per fetch; ``read_ahead_bytes``: how far ahead
+    readers may ask the OS to read on slow storage, 0 for never).
 
     Requests on the same file share one open; ranged requests that touch end to end
     (inner chunks of a shard) are read with one call into one buffer and sliced."""
@@ -144,10 +141,16 @@ class LocalFileSource:
     _pools_lock = threading.Lock()
     _advice: ThreadPoolExecutor | None = None
 
-    def __init__(self, root: str | os.PathLike[str], threads: int | None = None):
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        threads: int | None = None,
+        read_ahead_bytes: int = 512 << 20,
+    ):
         self.root = os.fspath(root)
         # None: picked per fetch from the read size and the storage's measured speed
-        self.threads = threads if threads is not None else _env_threads()
+        self.threads = threads
+        self.read_ahead_bytes = read_ahead_bytes
         self.slow_storage = False  # measured: see SLOW_THREAD_RATE
         self._fetches = 0
 
@@ -192,8 +195,8 @@ class LocalFileSource:
 
     def reads_ahead(self) -> bool:
         """Whether a reader should say which bytes it fetches next (:meth:`will_need`): on
-        storage measured slower than the page cache (see READ_AHEAD_BYTES)."""
-        return READ_AHEAD_BYTES > 0 and _CAN_ADVISE and self.slow_storage
+        storage measured slower than the page cache."""
+        return self.read_ahead_bytes > 0 and _CAN_ADVISE and self.slow_storage
 
     def will_need(self, requests: Sequence[ByteRequest]) -> Future | None:
         """Ask the OS to start reading ``requests`` (whole files or ranges) into the page
@@ -467,11 +470,12 @@ class ZarrStoreSource:
         return list(await asyncio.gather(*(one(r) for r in requests)))
 
 
-def source_for(store: Any) -> ByteSource:
+def source_for(store: Any, settings: Settings | None = None) -> ByteSource:
     """The fastest byte source for a zarr store."""
+    settings = settings or config.get()
     root = getattr(store, "root", None)
     if type(store).__name__ == "LocalStore" and root is not None:
-        return LocalFileSource(root)
+        return LocalFileSource(root, settings.io_threads, settings.read_ahead_bytes)
     return ZarrStoreSource(store)
 
 

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engine.backend import Backend, CpuBackend
-from .errors import DeviceFallbackWarning, GpuUnavailableError, InvalidArgumentError, warn
+from linumpy_gpu.backends.base import Backend, CpuBackend
+from linumpy_gpu.errors import (
+    DeviceFallbackWarning,
+    GpuUnavailableError,
+    InvalidArgumentError,
+    warn,
+)
 
 
 def resolve_backend(device: Any = "auto") -> Backend:
@@ -36,12 +41,12 @@ def resolve_backend(device: Any = "auto") -> Backend:
 
 
 def _gpu_backend(ordinal: int | None) -> Backend:
-    from .gpu.deps import require_gpu
+    from linumpy_gpu.gpu.deps import require_gpu
 
     require_gpu()
     import cupy
 
-    from .gpu.backend import GpuBackend
+    from linumpy_gpu.gpu.backend import GpuBackend
 
     count = cupy.cuda.runtime.getDeviceCount()
     if ordinal is not None and ordinal >= count:

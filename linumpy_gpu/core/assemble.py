@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .layout import ChunkFormat
+from linumpy_gpu.core.layout import ChunkFormat
 
 
 def chunk_array(raw: Any, fmt: ChunkFormat, dtype: np.dtype) -> Any:

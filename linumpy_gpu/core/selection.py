@@ -6,7 +6,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SelectionError, _short_repr
+from linumpy_gpu.errors import SelectionError, _short_repr
 
 
 @dataclass(frozen=True)

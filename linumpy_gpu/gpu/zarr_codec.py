@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 from zarr.codecs import ZstdCodec
 
-from ..errors import ChunkDecodeError
-from .zstd_batch import SLOT_ALIGN, codec_for_current_device, round_up
+from linumpy_gpu.errors import ChunkDecodeError
+from linumpy_gpu.gpu.nvcomp.zstd import SLOT_ALIGN, codec_for_current_device, round_up
 
-QUALNAME = "linumpy_gpu.gpu.zstd_codec.NvcompZstdCodec"
+QUALNAME = "linumpy_gpu.gpu.zarr_codec.NvcompZstdCodec"
 
 
 def _is_device(a: Any) -> bool:

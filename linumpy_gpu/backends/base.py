@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from ..codecs import decode_chain
-from ..codecs.errors import CodecError
-from ..errors import ChunkDecodeError, OutputMismatchError
-from .assemble import chunk_array, place
-from .fetch import ByteSource
-from .layout import ChunkFormat
-from .plan import ChunkPlan
+from linumpy_gpu.codecs import decode_chain
+from linumpy_gpu.codecs.errors import CodecError
+from linumpy_gpu.core.assemble import chunk_array, place
+from linumpy_gpu.core.layout import ChunkFormat
+from linumpy_gpu.core.plan import ChunkPlan
+from linumpy_gpu.errors import ChunkDecodeError, OutputMismatchError
+from linumpy_gpu.io.sources import ByteSource
 
 EncodedChunk = tuple[str, memoryview]  # (key for messages, stored bytes)
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import (
+from linumpy_gpu.errors import (
     InvalidArgumentError,
     InvalidMetadataError,
     LinumpyGpuError,

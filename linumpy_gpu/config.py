@@ -1,0 +1,191 @@
+"""linumpy_gpu's settings: one object, read from the environment once, changed per block.
+
+Every setting has a default, a ``LINUMPY_GPU_*`` environment variable that replaces the
+default for the whole process (read the first time settings are needed, never again), and
+can be changed for a ``with`` block or a single call::
+
+    import linumpy_gpu as lg
+
+    with lg.config.set(io_threads=8, progress=True):
+        img = lg.open_ome_zarr("brain.ome.zarr", device="gpu")   # captures these settings
+
+    img = lg.open_ome_zarr("brain.ome.zarr", settings={"pinned_bytes": 2 << 30})
+
+Objects capture the settings current when they are made (an image its reader, a backend its
+memory bounds), so a setting changed later applies to what is opened later.
+``linumpy-gpu info`` shows the settings in effect and where each came from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from linumpy_gpu.errors import ConfigError
+
+ENV_PREFIX = "LINUMPY_GPU_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings of linumpy_gpu (see the module docs for how to change them)."""
+
+    progress: bool = False
+    """Show progress bars on long reads and writes (tqdm; quiet when not on a terminal)."""
+    io_threads: int | None = None
+    """Threads reading stored bytes from local files (None: chosen per read from the read
+    size and the storage's measured speed)."""
+    read_ahead_bytes: int = 512 << 20
+    """On storage slower than the page cache, how many stored bytes beyond the batch being
+    read the operating system is asked to read ahead (0: none)."""
+    pinned_bytes: int = 1 << 30
+    """Pinned host memory the GPU path stages compressed bytes in, for the whole process."""
+    host_threads: int | None = None
+    """Host threads that decode small GPU reads faster than one nvCOMP batch would (None:
+    all cores but two; 0: nvCOMP only)."""
+    scratch_fraction: float = 0.25
+    """Device memory a full-level GPU read may hold besides its output, as a fraction of
+    the output (larger: larger nvCOMP batches, faster reads)."""
+    scratch_floor: int = 1 << 30
+    """The least device memory a GPU read may hold besides its output, in bytes."""
+    region_scratch: int | None = None
+    """The most device memory a GPU read of part of a level may hold besides its output
+    (None: 1/16 of the device's memory, at most 8 GiB), within half of what is free."""
+    nvcomp_library: str | None = None
+    """Path of libnvcomp.so to load (None: the nvidia-libnvcomp wheel, then the system)."""
+
+    def replace(self, **changes: Any) -> Settings:
+        """These settings with ``changes`` applied (each checked)."""
+        unknown = changes.keys() - {f.name for f in fields(self)}
+        if unknown:
+            raise ConfigError(f"unknown setting(s) {sorted(unknown)}; known: {names()}")
+        checked = {k: _check(k, v) for k, v in changes.items()}
+        return dataclasses.replace(self, **checked)
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The defaults with every ``LINUMPY_GPU_<NAME>`` variable of ``environ`` applied."""
+        environ = os.environ if environ is None else environ
+        changes = {}
+        for f in fields(cls):
+            raw = environ.get(ENV_PREFIX + f.name.upper(), "").strip()
+            if raw:
+                changes[f.name] = _parse(f.name, raw)
+        return cls().replace(**changes)
+
+
+# name -> (kind, minimum): how a value is checked and parsed
+_SPEC: dict[str, tuple[str, float]] = {
+    "progress": ("bool", 0),
+    "io_threads": ("int?", 1),
+    "read_ahead_bytes": ("int", 0),
+    "pinned_bytes": ("int", 1 << 20),
+    "host_threads": ("int?", 0),
+    "scratch_fraction": ("float", 0),
+    "scratch_floor": ("int", 0),
+    "region_scratch": ("int?", 0),
+    "nvcomp_library": ("str?", 0),
+}
+
+
+def names() -> list[str]:
+    """The names of every setting."""
+    return [f.name for f in fields(Settings)]
+
+
+def _parse(name: str, raw: str) -> Any:
+    kind, _ = _SPEC[name]
+    variable = ENV_PREFIX + name.upper()
+    try:
+        if kind == "bool":
+            if raw.lower() not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(raw)
+            return raw.lower() in ("1", "true", "yes", "on")
+        if kind.startswith("int"):
+            return int(raw, 0)
+        if kind == "float":
+            return float(raw)
+        return raw
+    except ValueError:
+        raise ConfigError(f"{variable}={raw!r} is not a {kind.rstrip('?')}") from None
+
+
+def _check(name: str, value: Any) -> Any:
+    kind, minimum = _SPEC[name]
+    optional = kind.endswith("?")
+    kind = kind.rstrip("?")
+    if value is None and optional:
+        return None
+    ok = {
+        "bool": isinstance(value, bool),
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, int | float) and not isinstance(value, bool),
+        "str": isinstance(value, str) and bool(value),
+    }[kind]
+    if ok and kind in ("int", "float") and not value >= minimum:  # also refuses nan
+        ok = False
+    if not ok:
+        bound = {"int": f" >= {int(minimum)}", "float": f" >= {minimum:g}"}.get(kind, "")
+        nothing = " or None" if optional else ""
+        raise ConfigError(f"setting {name} must be a {kind}{bound}{nothing}, got {value!r}")
+    return float(value) if kind == "float" else value
+
+
+_base: Settings | None = None
+_base_lock = threading.Lock()
+_current: contextvars.ContextVar[Settings | None] = contextvars.ContextVar(
+    "linumpy_gpu_settings", default=None
+)
+
+
+def get() -> Settings:
+    """The settings in effect here: those of the innermost :func:`set` block, else the
+    defaults with the environment applied (read once per process)."""
+    current = _current.get()
+    if current is not None:
+        return current
+    global _base
+    with _base_lock:
+        if _base is None:
+            _base = Settings.from_environment()
+        return _base
+
+
+@contextlib.contextmanager
+def set(settings: Settings | Mapping[str, Any] | None = None, **changes: Any) -> Iterator[Settings]:  # noqa: A001
+    """Change settings for the ``with`` block (and the threads it starts through the
+    library's own pools only when objects are made inside it): ``set(io_threads=8)``,
+    ``set({"progress": True})`` or ``set(Settings(...))``."""
+    if isinstance(settings, Settings):
+        new = settings.replace(**changes)
+    else:
+        new = get().replace(**{**dict(settings or {}), **changes})
+    token = _current.set(new)
+    try:
+        yield new
+    finally:
+        _current.reset(token)
+
+
+def sources() -> dict[str, str]:
+    """Per setting, where its current value comes from: 'default', the environment
+    variable's name, or 'set' (a :func:`set` block)."""
+    current = get()
+    from_env = Settings.from_environment()
+    out = {}
+    for f in fields(Settings):
+        value = getattr(current, f.name)
+        variable = ENV_PREFIX + f.name.upper()
+        if _current.get() is not None and value != getattr(from_env, f.name):
+            out[f.name] = "set"
+        elif os.environ.get(variable, "").strip():
+            out[f.name] = variable
+        else:
+            out[f.name] = "default"
+    return out

@@ -1,0 +1,116 @@
+"""Settings: one object, the environment read once, changed per block or per call."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import linumpy_gpu as lg
+from linumpy_gpu.config import Settings
+
+
+def test_defaults():
+    s = Settings()
+    assert s.progress is False and s.io_threads is None and s.pinned_bytes == 1 << 30
+    assert s.scratch_fraction == 0.25 and s.read_ahead_bytes == 512 << 20
+
+
+def test_environment_is_parsed_and_checked():
+    env = {
+        "LINUMPY_GPU_IO_THREADS": "6",
+        "LINUMPY_GPU_PROGRESS": "yes",
+        "LINUMPY_GPU_SCRATCH_FRACTION": "3",
+        "LINUMPY_GPU_PINNED_BYTES": "0x10000000",
+        "LINUMPY_GPU_NVCOMP_LIBRARY": "/opt/libnvcomp.so",
+        "LINUMPY_GPU_UNRELATED": "ignored",
+    }
+    s = Settings.from_environment(env)
+    assert (s.io_threads, s.progress, s.scratch_fraction, s.pinned_bytes) == (6, True, 3.0, 1 << 28)
+    assert s.nvcomp_library == "/opt/libnvcomp.so"
+
+
+@pytest.mark.parametrize(
+    "variable, value, message",
+    [
+        ("LINUMPY_GPU_IO_THREADS", "lots", "is not a int"),
+        ("LINUMPY_GPU_IO_THREADS", "0", "io_threads must be a int >= 1"),
+        ("LINUMPY_GPU_SCRATCH_FRACTION", "nan", "scratch_fraction must be a float >= 0"),
+        ("LINUMPY_GPU_SCRATCH_FRACTION", "-0.5", "scratch_fraction must be a float >= 0"),
+        ("LINUMPY_GPU_PROGRESS", "maybe", "is not a bool"),
+        ("LINUMPY_GPU_PINNED_BYTES", "1000", "pinned_bytes must be a int >= 1048576"),
+    ],
+)
+def test_bad_environment_values_are_refused_by_name(variable, value, message):
+    with pytest.raises(lg.ConfigError, match=message) as info:
+        Settings.from_environment({variable: value})
+    assert isinstance(info.value, ValueError)
+
+
+def test_set_changes_settings_for_a_block_and_nests():
+    base = lg.config.get()
+    with lg.config.set(io_threads=3) as outer:
+        assert lg.config.get() is outer and outer.io_threads == 3
+        with lg.config.set({"progress": True}):
+            assert lg.config.get().io_threads == 3 and lg.config.get().progress is True
+        assert lg.config.get().progress is base.progress
+    assert lg.config.get() == base
+
+
+def test_set_refuses_unknown_names_and_bad_values():
+    with pytest.raises(lg.ConfigError, match="unknown setting"), lg.config.set(io_thread=3):
+        pass
+    with pytest.raises(lg.ConfigError, match="io_threads must be"), lg.config.set(io_threads=-1):
+        pass
+    with pytest.raises(lg.ConfigError, match="progress must be"), lg.config.set(progress="yes"):
+        pass
+
+
+def test_blocks_are_per_thread():
+    seen = {}
+
+    def other():
+        seen["other"] = lg.config.get().io_threads
+
+    with lg.config.set(io_threads=9):
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    assert seen["other"] == lg.config.get().io_threads
+
+
+def test_objects_capture_the_settings_current_when_made(tmp_path):
+    from .safety_helpers import small_store
+
+    small_store(tmp_path / "s.zarr")
+    with lg.config.set(io_threads=2, read_ahead_bytes=0):
+        img = lg.open_ome_zarr(tmp_path / "s.zarr")
+    source = img[0]._reader.source
+    assert (source.threads, source.read_ahead_bytes) == (2, 0)
+    per_call = lg.open_ome_zarr(tmp_path / "s.zarr", settings={"io_threads": 5})
+    assert per_call[0]._reader.source.threads == 5
+
+
+def test_the_environment_is_read_once_per_process():
+    code = (
+        "import os, linumpy_gpu as lg\n"
+        "first = lg.config.get().io_threads\n"
+        "os.environ['LINUMPY_GPU_IO_THREADS'] = '9'\n"
+        "print(first, lg.config.get().io_threads, lg.config.sources()['io_threads'])\n"
+    )
+    env = {**os.environ, "LINUMPY_GPU_IO_THREADS": "4"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["4", "4", "LINUMPY_GPU_IO_THREADS"]
+
+
+def test_info_shows_the_settings(capsys):
+    from linumpy_gpu.cli import main
+
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    for name in lg.config.names():
+        assert name in out
