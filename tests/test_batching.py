@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 import zarr
 
-from linumpy_gpu.backends.base import PLACED, CpuBackend
+from linumpy_gpu.backends.base import PLACED, BatchMemory
+from linumpy_gpu.backends.cpu import CpuBackend
+from linumpy_gpu.core.placement import best_fit, fits
 from linumpy_gpu.core.plan import chunk_plan, plan_chunks
 from linumpy_gpu.core.selection import normalize_selection
-from linumpy_gpu.engine.batching import best_fit, fits, output_geometry, plan_batches
+from linumpy_gpu.engine.batching import output_geometry, plan_batches
 from linumpy_gpu.engine.reader import ChunkedArrayReader
 
 
@@ -36,10 +38,13 @@ class RecordingStaging:
         return any(view.obj is b for b in self.buffers)
 
 
-class ScribblingBackend(CpuBackend):
+class ScribblingBackend(CpuBackend, BatchMemory):
     """Decodes on the CPU, but uses placements the way the GPU backend does, including a
     host share: the last ``host`` chunks of a batch are fetched outside staging and get
     their slots first."""
+
+    def memory(self):
+        return self
 
     borrows_output = True
 

@@ -44,75 +44,6 @@ def _frames(n: int, shape=(16, 64, 64)) -> tuple[list[bytes], list[bytes]]:
     return raws, [numcodecs.Zstd(level=3).encode(r) for r in raws]
 
 
-def test_workspace_sized_from_the_frames_and_learned_for_planning(cp, monkeypatch):
-    """With LINUMPY_GPU_EXACT_WORKSPACE=1, nvCOMP's workspace is sized from the (pinned)
-    frames: less than their sizes alone call for; the share is learned for planning the
-    next batches of that chunk size."""
-    from linumpy_gpu.gpu import zstd_batch
-
-    monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", "1")
-
-    raws, frames = _frames(12)
-    nbytes = len(raws[0])
-    codec = _gpu_batch()
-    by_sizes = codec.api.decompress_temp_bytes(12, nbytes, 12 * nbytes, 0)
-    taken = []
-    real_take = zstd_batch.Workspace.take
-
-    def record(self, n, stream=None):
-        taken.append(n)
-        return real_take(self, n, stream)
-
-    zstd_batch.Workspace.take = record
-    try:
-        batch = codec.decode_host(frames, nbytes)
-    finally:
-        zstd_batch.Workspace.take = real_take
-    assert not batch.failures and not batch.cpu_decoded
-    assert [batch.slot(i).get().tobytes() for i in range(12)] == raws
-    workspace = taken[-1]  # compressed bytes, slots, then the workspace
-    assert 0 < workspace < by_sizes, (workspace, by_sizes)
-    share = zstd_batch.planned_temp_share(nbytes)
-    assert workspace / by_sizes <= share <= 1.0
-
-
-def test_a_batch_whose_workspace_does_not_fit_is_decoded_in_parts(cp, monkeypatch):
-    """Where the memory the caller gave cannot hold the workspace of the whole batch, the
-    batch is decoded in parts that fit, all correct, nothing allocated beyond it."""
-    from linumpy_gpu.gpu.nvcomp.zstd import SLOT_ALIGN, Workspace, round_up
-
-    monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", "1")
-
-    raws, frames = _frames(16)
-    nbytes = len(raws[0])
-    codec = _gpu_batch()
-    whole = codec.decode_host(frames, nbytes)  # learns the share; measures the need
-    assert not whole.failures
-    comp = sum(round_up(len(f), SLOT_ALIGN) for f in frames)
-    slots = 16 * round_up(nbytes, SLOT_ALIGN)
-    one = codec.api.decompress_temp_bytes(1, nbytes, nbytes, 0)
-    size = comp + slots + 4 * one + 4 * SLOT_ALIGN  # room for a quarter's worst case
-    buffer = cp.zeros(size, dtype=np.uint8)
-    workspace = Workspace(buffer.data.ptr, size, buffer)
-    calls = []
-    real = codec.api.decompress
-
-    def count(*args):
-        calls.append(args[4])  # chunks in this call
-        return real(*args)
-
-    codec.api.decompress = count
-    try:
-        batch = codec.decode_host(frames, nbytes, workspace=workspace)
-    finally:
-        codec.api.decompress = real
-    assert not batch.failures and not batch.cpu_decoded
-    assert [batch.slot(i).get().tobytes() for i in range(16)] == raws
-    assert len(calls) > 1 and sum(calls) == 16, calls
-    assert comp + slots < workspace.used <= size  # the workspace carved too, not allocated
-    assert all(buffer.data.ptr <= int(p) < buffer.data.ptr + size for p in batch.ptrs)
-
-
 def _drop_content_size(frame: bytes) -> bytes:
     """Rewrite a single-segment zstd frame as one without a content size (as some writers,
     e.g. streaming compressors, produce): window descriptor instead of the size field."""
@@ -328,7 +259,7 @@ def test_fused_codec_pipeline_is_supported_on_gpu(tmp_path, cp):
     data = volume()
     write_zarr_variant(tmp_path / "a.zarr", "v3-zstd", data, missing_fraction=0)
     calls = []
-    from linumpy_gpu.gpu import zstd_codec
+    from linumpy_gpu.gpu import zarr_codec as zstd_codec
 
     original = zstd_codec.decode_frames
 
@@ -391,15 +322,13 @@ def test_gds_store_reads_ranges_and_writes(tmp_path, cp):
         np.testing.assert_array_equal(arr[...].get(), expected)
 
 
-@pytest.mark.parametrize("exact", ["0", "1"])
-def test_codec_paths_work_from_ordinary_memory_past_the_side_pinned_budget(cp, monkeypatch, exact):
+def test_codec_paths_work_from_ordinary_memory_past_the_side_pinned_budget(cp, monkeypatch):
     """Once the side buffers' pinned budget is spent, frames are packed in ordinary memory:
-    checked and sized from their device copy instead, decoded, encoded and uploaded the
-    same, damage still caught."""
+    checked from their device copy instead, decoded, encoded and uploaded the same, damage
+    still caught."""
     from linumpy_gpu.gpu.nvcomp.zstd import ZstdBatchCodec
     from linumpy_gpu.gpu.pinned import side_pinned_budget
 
-    monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", exact)
     monkeypatch.setattr(side_pinned_budget(), "budget", 0)
     codec = ZstdBatchCodec()
     raws = [volume(shape=(16, 64, 64), seed=i).tobytes() for i in range(6)]

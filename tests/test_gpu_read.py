@@ -241,19 +241,12 @@ def test_read_regions_on_gpu(tmp_path, cp):
         np.testing.assert_array_equal(got.get(), full[region])
 
 
-@pytest.mark.parametrize(
-    "host_threads, exact_workspace", [(0, False), (2, False), (0, True)], ids=str
-)
+@pytest.mark.parametrize("host_threads", [0, 2], ids=str)
 @pytest.mark.parametrize("chunks", [(32, 64, 64), (1, 256, 512)])
-def test_full_read_holds_at_most_a_quarter_more_than_its_output(
-    tmp_path, cp, chunks, host_threads, exact_workspace, monkeypatch
-):
+def test_full_read_holds_at_most_a_quarter_more_than_its_output(tmp_path, cp, chunks, host_threads):
     """Decoder workspace, slots and compressed bytes live in output bytes not yet written
-    or within the read's budget: the pool never holds more than 1.25x the output (also
-    with the workspace sized from the frames and batches planned with the learned share)."""
+    or within the read's budget: the pool never holds more than 1.25x the output."""
     from linumpy_gpu.gpu.backend import GpuBackend
-
-    monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", "1" if exact_workspace else "0")
 
     data = volume(shape=(256, 256, 512))  # 64 MiB
     arr = write_zarr_variant(
@@ -274,73 +267,6 @@ def test_full_read_holds_at_most_a_quarter_more_than_its_output(
     assert peak <= 1.25 * data.nbytes, (
         f"{peak / data.nbytes:.5f}x, {peak - 1.25 * data.nbytes:.0f} B over"
     )
-    if exact_workspace:
-        from linumpy_gpu.gpu.nvcomp.zstd import planned_temp_share
-
-        assert planned_temp_share(data[: chunks[0], : chunks[1], : chunks[2]].nbytes) < 1.0
-
-
-def test_frames_are_checked_and_sized_before_their_copy(tmp_path, cp, monkeypatch):
-    """With LINUMPY_GPU_EXACT_WORKSPACE=1 each batch's frames are checked and nvCOMP's
-    workspace sized where the fetch staged them, once per batch and before that batch's
-    copy to the device is queued (nvCOMP's sizing waits for any work on the device); the
-    decoder then neither checks nor sizes again, and a damaged chunk is still caught. Off
-    (the default), nothing is sized."""
-    from linumpy_gpu.gpu import staging as staging_mod
-    from linumpy_gpu.gpu import zstd_batch
-    from linumpy_gpu.gpu.backend import GpuBackend
-
-    from .damage_case import damage
-
-    monkeypatch.setenv("LINUMPY_GPU_EXACT_WORKSPACE", "1")
-    data = volume(shape=(128, 128, 256))
-    arr = write_zarr_variant(
-        tmp_path / "a.zarr", "v3-zstd", data, chunks=(16, 64, 64), missing_fraction=0
-    )
-    events: list[str] = []
-    api = zstd_batch.zstd_api()
-    real_size = api.decompress_temp_bytes_exact
-    real_check = zstd_batch.ZstdBatchCodec._check_frames
-    real_upload = staging_mod.StagedBatch.upload
-
-    def size(*args):
-        events.append("size")
-        return real_size(*args)
-
-    def check(self, *args):
-        events.append("check")
-        return real_check(self, *args)
-
-    def upload(self, *args, **kwargs):
-        events.append("copy")
-        return real_upload(self, *args, **kwargs)
-
-    monkeypatch.setattr(api, "decompress_temp_bytes_exact", size)
-    monkeypatch.setattr(zstd_batch.ZstdBatchCodec, "_check_frames", check)
-    monkeypatch.setattr(staging_mod.StagedBatch, "upload", upload)
-    backend = GpuBackend(0, scratch_fraction=0.25, scratch_floor=0, host_threads=0)
-    reader = ChunkedArrayReader(arr, backend)
-    for _ in range(2):  # the second read is planned with the share the first learned
-        events.clear()
-        np.testing.assert_array_equal(reader.read(()).get(), data)
-        n_batches = reader.last_profile["batches"]
-        assert n_batches > 1
-        # per batch: one check, one sizing, then its copy; nothing checked or sized after
-        assert events == ["check", "size", "copy"] * n_batches, events
-    key = tmp_path / "a.zarr" / "c" / "3" / "1" / "2"
-    key.write_bytes(damage(key.read_bytes(), "block-header-byte", 16 * 64 * 64 * 2))
-    with pytest.raises(lg.ChunkDecodeError, match="c/3/1/2"):
-        reader.read(())
-    with pytest.warns(lg.DamagedChunkWarning, match="1 damaged"):
-        got = reader.read((), on_damaged="fill").get()
-    expected = data.copy()
-    expected[48:64, 64:128, 128:192] = 7  # the array's fill value
-    np.testing.assert_array_equal(got, expected)
-    monkeypatch.delenv("LINUMPY_GPU_EXACT_WORKSPACE")
-    events.clear()
-    with pytest.warns(lg.DamagedChunkWarning, match="1 damaged"):
-        np.testing.assert_array_equal(reader.read((), on_damaged="fill").get(), expected)
-    assert "size" not in events and events.count("check") == events.count("copy")
 
 
 def test_small_reads_on_host_threads_large_ones_on_nvcomp(tmp_path, cp):

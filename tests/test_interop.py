@@ -7,7 +7,8 @@ import pytest
 import zarr
 
 import linumpy_gpu as lg
-from linumpy_gpu.engine import ChunkedArrayReader, CpuBackend
+from linumpy_gpu.backends.cpu import CpuBackend
+from linumpy_gpu.engine import ChunkedArrayReader
 
 from .writers import (
     ZARR_VARIANTS,

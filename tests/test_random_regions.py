@@ -8,7 +8,8 @@ import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from linumpy_gpu.engine import ChunkedArrayReader, CpuBackend
+from linumpy_gpu.backends.cpu import CpuBackend
+from linumpy_gpu.engine import ChunkedArrayReader
 
 from .writers import volume, write_zarr_variant
 

@@ -9,7 +9,7 @@ import pytest
 import zarr
 from zarr.codecs import ZstdCodec
 
-from linumpy_gpu.backends.base import CpuBackend
+from linumpy_gpu.backends.cpu import CpuBackend
 from linumpy_gpu.engine.read_ahead import ReadAhead
 from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.io.sources import ByteRequest, LocalFileSource

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import zarr
 
-from linumpy_gpu.backends.base import CpuBackend
+from linumpy_gpu.backends.cpu import CpuBackend
 from linumpy_gpu.core.layout import ShardIndexFormat
 from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.engine.sharding import MISSING, inner_chunks, inner_entries

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import zarr
 
-from linumpy_gpu.backends.base import CpuBackend
+from linumpy_gpu.backends.base import BatchMemory
+from linumpy_gpu.backends.cpu import CpuBackend
 from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.errors import ChunkDecodeError
 from linumpy_gpu.gpu.staging import ALIGN, Arena, StagingPool
@@ -147,9 +148,12 @@ def test_fetch_into_staging_reads_every_file_and_shard_range(tmp_path):
             assert batch.locate(view) is not None
 
 
-class StagedCpuBackend(CpuBackend):
+class StagedCpuBackend(CpuBackend, BatchMemory):
     """The CPU decoder fed the way the GPU backend is: every batch read into staging arenas,
     inner chunks of a shard packed end to end there (``unaligned``) or one slot each."""
+
+    def memory(self):
+        return self
 
     def __init__(self, unaligned: bool):
         self.ring = host_pool(64 * MiB, MiB)

@@ -1,10 +1,12 @@
-"""Choose the backend that a device name asks for."""
+"""Backends (the interface, the CPU backend) and the choice of one by device name; the GPU
+backend lives in :mod:`linumpy_gpu.gpu.backend`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from linumpy_gpu.backends.base import Backend, CpuBackend
+from linumpy_gpu.backends.base import Backend, BatchMemory
+from linumpy_gpu.backends.cpu import CpuBackend
 from linumpy_gpu.errors import (
     DeviceFallbackWarning,
     GpuUnavailableError,
@@ -55,3 +57,6 @@ def _gpu_backend(ordinal: int | None) -> Backend:
             "CUDA_VISIBLE_DEVICES decides which GPUs a process sees"
         )
     return GpuBackend(ordinal)
+
+
+__all__ = ["Backend", "BatchMemory", "CpuBackend", "resolve_backend"]

@@ -1,26 +1,23 @@
-"""Backends: where arrays live and how a batch of chunks is decoded.
+"""The backend interface: where arrays live and how chunks are decoded and encoded.
 
-The engine is written once against this interface. :class:`CpuBackend` keeps arrays in
-numpy and decodes with numcodecs on a thread pool; ``linumpy_gpu.gpu.backend.GpuBackend``
-keeps them in cupy and decodes in nvCOMP batches.
+The read and write engines are written once against :class:`Backend`. A backend that
+decodes in memory of its own (a GPU) also bounds how much of that memory a read may hold
+and how its batches are staged: :class:`BatchMemory`, whose defaults are the rules for host
+memory (no bounds, no staging).
 """
 
 from __future__ import annotations
 
-import os
-import threading
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from linumpy_gpu.codecs import decode_chain
-from linumpy_gpu.codecs.errors import CodecError
 from linumpy_gpu.core.assemble import chunk_array, place
 from linumpy_gpu.core.layout import ChunkFormat
 from linumpy_gpu.core.plan import ChunkPlan
-from linumpy_gpu.errors import ChunkDecodeError, OutputMismatchError
+from linumpy_gpu.errors import OutputMismatchError
 from linumpy_gpu.io.sources import ByteSource
 
 EncodedChunk = tuple[str, memoryview]  # (key for messages, stored bytes)
@@ -36,20 +33,100 @@ class _Placed:
 PLACED = _Placed()
 
 
-class Backend:
-    """Interface of a backend (the CPU one is the reference implementation)."""
+class Backend(ABC):
+    """Where arrays live (``xp``: numpy or cupy) and how chunks are decoded and encoded."""
 
-    name = "abstract"
+    name: str = "abstract"
     xp: Any = None
 
+    # -- arrays ---------------------------------------------------------------------------
+
+    @abstractmethod
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
-        raise NotImplementedError
+        """A new uninitialised array of this backend."""
 
+    @abstractmethod
     def owns(self, array: Any) -> bool:
-        raise NotImplementedError
+        """Whether ``array`` is an array of this backend (and device)."""
 
-    def from_host(self, array: np.ndarray) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def from_any(self, array: Any) -> Any:
+        """``array`` (numpy, cupy or anything array-like) as an array of this backend."""
+
+    def check_out(self, out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        """Refuse an ``out=`` array that this backend cannot read ``shape`` x ``dtype`` into."""
+        if not self.owns(out):
+            raise OutputMismatchError(
+                f"out must be a {self.xp.__name__} array for the {self.name} backend, "
+                f"got {type(out).__module__}.{type(out).__name__}"
+            )
+        if tuple(out.shape) != tuple(shape):
+            raise OutputMismatchError(f"out has shape {tuple(out.shape)}, the read gives {shape}")
+        if np.dtype(out.dtype) != dtype:
+            raise OutputMismatchError(f"out has dtype {out.dtype}, the array is {dtype}")
+
+    # -- reading --------------------------------------------------------------------------
+
+    @abstractmethod
+    def decode(
+        self,
+        chunks: Sequence[EncodedChunk],
+        fmt: ChunkFormat,
+        array: str,
+        staging: Any = None,
+        placement: Any = None,
+    ) -> list[Any]:
+        """Decode a batch: for each chunk a 1-D uint8 array of ``fmt.nbytes`` bytes,
+        :data:`PLACED` where it was decoded straight into the output (``placement``), or
+        the :class:`~linumpy_gpu.ChunkDecodeError` that says why it could not be decoded
+        (the others of the batch are still delivered)."""
+
+    def place_all(
+        self,
+        work: Any,
+        tasks: ChunkPlan,
+        raws: Sequence[Any],
+        fmt: ChunkFormat,
+        dtype: np.dtype,
+    ) -> None:
+        """Copy the wanted part of each decoded chunk (the chunks of ``tasks``, in order)
+        into ``work`` (one rule for every backend; a backend may do the same copies in one
+        batched kernel)."""
+        for task, raw in zip(tasks, raws, strict=True):
+            place(work, task.out_region, chunk_array(raw, fmt, dtype), task.chunk_region)
+
+    def finish(self) -> None:  # noqa: B027 (a hook: backends without queued work keep it)
+        """Wait until all work queued for a read is done (nothing to wait for on the CPU)."""
+
+    def byte_source(self, store: Any) -> ByteSource | None:
+        """A reader of ``store``'s bytes suited to this backend (None: the engine's own)."""
+        return None
+
+    def memory(self) -> BatchMemory:
+        """How reads on this backend bound and stage their batches."""
+        return HOST_MEMORY
+
+    # -- writing --------------------------------------------------------------------------
+
+    @abstractmethod
+    def gather_chunks(
+        self, data: Any, regions: Sequence[Any], chunk_shape: tuple[int, ...], fill_value: Any
+    ) -> tuple[Any, int]:
+        """Copy ``data[region]`` of each chunk into consecutive full-size chunk slots (edge
+        chunks padded with ``fill_value``); returns the flat uint8 buffer and slot stride."""
+
+    @abstractmethod
+    def encode_chunks(
+        self, packed: Any, nbytes: int, n: int, stride: int, zstd: tuple[int, bool] | None
+    ) -> list[bytes]:
+        """The stored bytes of ``n`` chunks of ``nbytes`` at ``packed[i * stride:]``: zstd
+        frames (``zstd`` = (level, checksum)) or the raw bytes (``zstd`` None)."""
+
+
+class BatchMemory:
+    """How a read's batches are bounded and staged, with the rules for host memory: batches
+    of about 256 MiB, no memory bound beyond them, no staging. A device backend with memory
+    of its own overrides these."""
 
     # A backend that can decode into the output's memory (in place, or using bytes not yet
     # written as scratch) gets a Placement per batch.
@@ -61,10 +138,6 @@ class Backend:
 
     def staging_batch_bytes(self) -> int | None:
         """Most stored bytes one batch may stage (None: no staging bound)."""
-        return None
-
-    def byte_source(self, store: Any) -> ByteSource | None:
-        """A reader of ``store``'s bytes suited to this backend (None: the engine's own)."""
         return None
 
     def host_chunks(self, fmt: ChunkFormat, n_tasks: int) -> int:
@@ -97,7 +170,7 @@ class Backend:
         return None
 
     def reserve_for_read(self, out_nbytes: int, batch_bytes: int) -> None:
-        """Refuse up front a read whose output and scratch cannot fit (GPU backends)."""
+        """Refuse up front a read whose output and scratch cannot fit."""
 
     def memory_error(self, out_nbytes: int, batch_bytes: int) -> Exception:
         """The error to raise when a read ran out of memory (after freeing what it held)."""
@@ -117,146 +190,5 @@ class Backend:
     def release_staging(self, staging: Any) -> None:
         """Give back what :meth:`acquire_staging` returned, once its batch is decoded."""
 
-    def decode(
-        self,
-        chunks: Sequence[EncodedChunk],
-        fmt: ChunkFormat,
-        array: str,
-        staging: Any = None,
-        placement: Any = None,
-    ) -> list[Any]:
-        """Decode a batch: for each chunk a 1-D uint8 array of ``fmt.nbytes`` bytes,
-        :data:`PLACED` where it was decoded straight into the output (``placement``), or
-        the :class:`ChunkDecodeError` that says why it could not be decoded (the others of
-        the batch are still delivered)."""
-        raise NotImplementedError
 
-    def finish(self) -> None:
-        """Wait until all work queued for a read is done (a no-op on the CPU)."""
-
-    def place_all(
-        self,
-        work: Any,
-        tasks: ChunkPlan,
-        raws: Sequence[Any],
-        fmt: ChunkFormat,
-        dtype: np.dtype,
-    ) -> None:
-        """Copy the wanted part of each decoded chunk (the chunks of ``tasks``, in order)
-        into ``work`` (one engine rule for every backend; a backend may do the same copies
-        in one batched kernel)."""
-        for task, raw in zip(tasks, raws, strict=True):
-            place(work, task.out_region, chunk_array(raw, fmt, dtype), task.chunk_region)
-
-    # -- writing ------------------------------------------------------------------------
-
-    def from_any(self, array: Any) -> Any:
-        """``array`` (numpy, cupy or anything array-like) as an array of this backend."""
-        raise NotImplementedError
-
-    def gather_chunks(
-        self, data: Any, regions: Sequence[Any], chunk_shape: tuple[int, ...], fill_value: Any
-    ) -> tuple[Any, int]:
-        """Copy ``data[region]`` of each chunk into consecutive full-size chunk slots (edge
-        chunks padded with ``fill_value``); returns the flat uint8 buffer and slot stride."""
-        raise NotImplementedError
-
-    def raw_chunks(self, packed: Any, nbytes: int, n: int, stride: int) -> list[bytes]:
-        raise NotImplementedError
-
-    def encode_zstd(
-        self, packed: Any, nbytes: int, n: int, stride: int, level: int, checksum: bool
-    ) -> list[bytes]:
-        raise NotImplementedError
-
-    def check_out(self, out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        if not self.owns(out):
-            raise OutputMismatchError(
-                f"out must be a {self.xp.__name__} array for the {self.name} backend, "
-                f"got {type(out).__module__}.{type(out).__name__}"
-            )
-        if tuple(out.shape) != tuple(shape):
-            raise OutputMismatchError(f"out has shape {tuple(out.shape)}, the read gives {shape}")
-        if np.dtype(out.dtype) != dtype:
-            raise OutputMismatchError(f"out has dtype {out.dtype}, the array is {dtype}")
-
-
-class CpuBackend(Backend):
-    name = "cpu"
-    xp = np
-
-    _pool: ThreadPoolExecutor | None = None
-    _pool_lock = threading.Lock()
-
-    @classmethod
-    def pool(cls) -> ThreadPoolExecutor:
-        with cls._pool_lock:
-            if cls._pool is None:
-                cls._pool = ThreadPoolExecutor(
-                    os.cpu_count() or 2, thread_name_prefix="linumpy-decode"
-                )
-            return cls._pool
-
-    def empty(self, shape, dtype):
-        return np.empty(shape, dtype=dtype)
-
-    def owns(self, array):
-        return isinstance(array, np.ndarray)
-
-    def from_host(self, array):
-        return array
-
-    def place_all(self, work, tasks, raws, fmt, dtype):
-        """Chunks go to disjoint regions of ``work``: copy them on the pool (numpy drops
-        the GIL while copying)."""
-        if len(tasks) < 4:
-            return super().place_all(work, tasks, raws, fmt, dtype)
-
-        def one(item):
-            task, raw = item
-            place(work, task.out_region, chunk_array(raw, fmt, dtype), task.chunk_region)
-
-        list(self.pool().map(one, zip(tasks, raws, strict=True)))
-        return None
-
-    def from_any(self, array):
-        return array.get() if hasattr(array, "__cuda_array_interface__") else np.asarray(array)
-
-    def gather_chunks(self, data, regions, chunk_shape, fill_value):
-        packed = np.empty((len(regions), *chunk_shape), dtype=data.dtype)
-        for slot, region in zip(packed, regions, strict=True):
-            extent = tuple(r.stop - r.start for r in region)
-            if extent != tuple(chunk_shape):
-                slot[...] = fill_value
-            slot[tuple(slice(0, e) for e in extent)] = data[region]
-        return packed.reshape(-1).view(np.uint8), int(packed[0].nbytes) if len(regions) else 0
-
-    def raw_chunks(self, packed, nbytes, n, stride):
-        return [packed[i * stride : i * stride + nbytes].tobytes() for i in range(n)]
-
-    def encode_zstd(self, packed, nbytes, n, stride, level, checksum):
-        import numcodecs
-
-        codec = numcodecs.Zstd(level=level, checksum=checksum)
-        views = [packed[i * stride : i * stride + nbytes] for i in range(n)]
-        if n <= 1:
-            return [codec.encode(v) for v in views]
-        return list(self.pool().map(codec.encode, views))
-
-    def check_out(self, out, shape, dtype):
-        super().check_out(out, shape, dtype)
-        if not out.flags.writeable:
-            raise OutputMismatchError("out is read-only")
-
-    def decode(self, chunks, fmt, array, staging=None, placement=None):
-        def one(item: EncodedChunk) -> np.ndarray | ChunkDecodeError:
-            key, data = item
-            try:
-                raw = decode_chain(data, fmt.codecs, fmt.nbytes)
-            except CodecError as exc:
-                return ChunkDecodeError(array, key, str(exc))
-            return np.frombuffer(raw, dtype=np.uint8)
-
-        if len(chunks) <= 1:
-            return [one(c) for c in chunks]
-        return list(self.pool().map(one, chunks))
+HOST_MEMORY = BatchMemory()

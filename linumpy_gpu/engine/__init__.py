@@ -1,16 +1,11 @@
-"""The shared read engine (planning, fetching, decoding, assembly) and its CPU backend."""
+"""The read and write engines: one implementation for every backend.
 
-from linumpy_gpu.backends.base import Backend, CpuBackend
-from linumpy_gpu.core.layout import ArrayLayout, layout_of
-from linumpy_gpu.core.selection import Selection, normalize_selection
+A read goes region -> chunk plan -> batches bounded by the backend's memory -> fetched bytes
+-> batched decode -> placed chunks; a write goes region -> storage units -> gathered chunks
+-> batched encode -> atomic files.
+"""
+
 from linumpy_gpu.engine.reader import ChunkedArrayReader
+from linumpy_gpu.engine.writer import ChunkedArrayWriter
 
-__all__ = [
-    "ArrayLayout",
-    "Backend",
-    "ChunkedArrayReader",
-    "CpuBackend",
-    "Selection",
-    "layout_of",
-    "normalize_selection",
-]
+__all__ = ["ChunkedArrayReader", "ChunkedArrayWriter"]

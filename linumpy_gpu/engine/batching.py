@@ -26,9 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from linumpy_gpu.core.placement import SLOT_ALIGN, Placement, align, fits
 from linumpy_gpu.core.plan import ChunkPlan
-
-SLOT_ALIGN = 256
 
 
 @dataclass
@@ -39,21 +38,6 @@ class OutputGeometry:
     nbytes: int
     direct: np.ndarray  # per task: byte offset of its decoded chunk in place, or -1
     written_end: np.ndarray  # per task i: end of the bytes tasks[0..i] write (running max)
-
-
-@dataclass
-class Placement:
-    """Output memory one batch may use: chunks that land in place, and free scratch."""
-
-    buffer: Any  # the output (None: no output geometry)
-    direct: list[int | None]  # per task of the batch
-    scratch: tuple[int, int] | None  # [start, stop) bytes of ``buffer`` unused until later
-    spare: Any = None  # the read's own scratch buffer (within its budget), if it needs one
-    host: int = 0  # the batch's last ``host`` chunks are decoded on host cores
-    wants_spare: bool = False  # planned to fit only with the read's own buffer too
-    # [start, stop) bytes of ``buffer`` that this batch writes and no earlier batch did: its
-    # slots may decode there, if the decoder moves them out before placing them
-    own: tuple[int, int] | None = None
 
 
 def output_geometry(
@@ -89,30 +73,6 @@ def output_geometry(
         ok &= first % SLOT_ALIGN == 0
         direct[ok] = first[ok]
     return OutputGeometry(work, int(work.nbytes), direct, written_end)
-
-
-def best_fit(rooms: Sequence[int], nbytes: int) -> int | None:
-    """Index of the smallest of ``rooms`` (free bytes per region) that holds ``nbytes``, the
-    first of equals; None when none does."""
-    best = None
-    for k, room in enumerate(rooms):
-        if nbytes <= room and (best is None or room < rooms[best]):
-            best = k
-    return best
-
-
-def fits(pieces: Sequence[int], rooms: Sequence[int]) -> bool:
-    """Whether buffers of ``pieces`` bytes, taken in this order by :func:`best_fit` and each
-    aligned to ``SLOT_ALIGN``, all fit in regions of ``rooms`` free bytes."""
-    left = list(rooms)
-    for piece in pieces:
-        if piece <= 0:
-            continue
-        k = best_fit(left, piece)
-        if k is None:
-            return False
-        left[k] = max(0, left[k] - _align(piece))
-    return True
 
 
 def plan_batches(
@@ -155,7 +115,7 @@ def plan_batches(
             return scratch_pieces(m, n_direct)
 
         def free_from(m: int, i: int = i) -> int:
-            return _align(int(geometry.written_end[i + m - 1]))
+            return align(int(geometry.written_end[i + m - 1]))
 
         def tail(m: int) -> list[int]:
             return [] if geometry is None else [max(0, geometry.nbytes - free_from(m))]
@@ -167,10 +127,10 @@ def plan_batches(
                 return None  # (fewer pieces: e.g. a batch decoded on host cores alone)
             if direct_prefix[i + m] != direct_prefix[i]:
                 return None
-            start = _align(int(geometry.written_end[i - 1])) if i else 0
+            start = align(int(geometry.written_end[i - 1])) if i else 0
             stop = int(geometry.written_end[i + m - 1])
             slots = p[movable_slots]
-            if not slots or _align(slots) > stop - start:
+            if not slots or align(slots) > stop - start:
                 return None
             if max(p[movable_slots + 1 :], default=0) < slots:
                 return None  # nothing to move them into
@@ -232,7 +192,3 @@ def _largest(limit: int, ok: Callable[[int], bool]) -> int:
         else:
             hi = mid
     return lo
-
-
-def _align(n: int) -> int:
-    return -(-n // SLOT_ALIGN) * SLOT_ALIGN

@@ -91,6 +91,7 @@ class ChunkedArrayReader:
         self.backend = backend
         self.name = name or str(array.store_path)
         self.layout: ArrayLayout = layout_of(array, self.name)
+        self.memory = backend.memory()
         self.settings = config.get()
         self.source = (
             source or backend.byte_source(array.store) or source_for(array.store, self.settings)
@@ -156,7 +157,7 @@ class ChunkedArrayReader:
             if isinstance(exc, LinumpyGpuError):
                 raise
             nbytes = sel.size * layout.dtype.itemsize
-            raise self.backend.memory_error(nbytes, self._batch_bytes(nbytes)) from exc
+            raise self.memory.memory_error(nbytes, self._batch_bytes(nbytes)) from exc
 
     def _read(self, sel: Selection, out: Any, progress: Any, on_damaged: str) -> Any:
         layout = self.layout
@@ -164,7 +165,7 @@ class ChunkedArrayReader:
             work, result = sel.writable_full_view(out), out
         else:
             out_nbytes = sel.size * layout.dtype.itemsize
-            self.backend.reserve_for_read(out_nbytes, self._batch_bytes(out_nbytes))
+            self.memory.reserve_for_read(out_nbytes, self._batch_bytes(out_nbytes))
             work = self.backend.empty(sel.full_shape, layout.dtype)
             result = sel.result_view(work)
         if sel.size == 0:
@@ -176,7 +177,7 @@ class ChunkedArrayReader:
         profile = _new_profile()
         plan = chunk_plan(sel, layout.shape, layout.chunk_shape)
         geometry = None
-        if self.backend.borrows_output:
+        if self.memory.borrows_output:
             fmt = layout.chunk
             plain = (
                 fmt is not None
@@ -321,8 +322,8 @@ class ChunkedArrayReader:
                 if pending is not None:  # a failed read still gives its staging back
                     with contextlib.suppress(Exception):
                         left = pending.result()
-                        self.backend.release_staging(left.staging)
-                        self.backend.release_staging(left.host_staging)
+                        self.memory.release_staging(left.staging)
+                        self.memory.release_staging(left.host_staging)
         return damaged, n_batches
 
     # -- stages ---------------------------------------------------------------------------
@@ -330,7 +331,7 @@ class ChunkedArrayReader:
     def _batch_bytes(self, read_nbytes: int) -> int:
         if self.batch_bytes is not None:
             return max(1, self.batch_bytes)
-        return self.backend.batch_bytes(read_nbytes)
+        return self.memory.batch_bytes(read_nbytes)
 
     def _batches(
         self, tasks: ChunkPlan, geometry: Any, out_nbytes: int, whole_level: bool
@@ -340,33 +341,31 @@ class ChunkedArrayReader:
         if self._decoded_total:  # a read's first batch, often its largest
             self._stored_fraction = self._clamped(self._stored_total / self._decoded_total)
         by_decoded = max(1, self._batch_bytes(len(tasks) * per_chunk) // max(1, per_chunk))
-        staging = self.backend.staging_batch_bytes()
+        staging = self.memory.staging_batch_bytes()
         host = 0  # chunks per batch decoded on host cores, asked again for every batch
 
         def max_chunks() -> int:
             # plan_batches asks this first for each batch, then scratch_bytes: the plan and
             # the placement of one batch agree on its host share
             nonlocal host
-            host = self.backend.host_chunks(fmt, len(tasks)) if fmt is not None else 0
+            host = self.memory.host_chunks(fmt, len(tasks)) if fmt is not None else 0
             if staging is None:
                 return by_decoded
             return max(1, min(by_decoded + host, int(staging // self._stored_per_chunk())))
 
         def scratch_pieces(n: int, n_direct: int) -> tuple[int, ...]:
-            return self.backend.scratch_pieces(
-                fmt, n, n_direct, self._stored_fraction, min(n, host)
-            )
+            return self.memory.scratch_pieces(fmt, n, n_direct, self._stored_fraction, min(n, host))
 
-        budget = self.backend.scratch_budget(out_nbytes, whole_level)
+        budget = self.memory.scratch_budget(out_nbytes, whole_level)
         if budget is not None:
             # the read's own buffer is shared by its batches (separate buffers of varying
             # size per batch fragment the memory pool): as large as the budget, or as the
             # largest batch needs on its own if that is less
             largest = min(max_chunks(), len(tasks))
-            budget = max(0, budget - self.backend.table_bytes(largest))
+            budget = max(0, budget - self.memory.table_bytes(largest))
             budget = min(budget, sum(scratch_pieces(largest, 0)) * 5 // 4)
         spare = None
-        movable = self.backend.movable_slots(fmt) if fmt is not None else None
+        movable = self.memory.movable_slots(fmt) if fmt is not None else None
         for first, stop, placement in plan_batches(
             len(tasks), max_chunks, scratch_pieces, geometry, budget, movable
         ):
@@ -420,8 +419,8 @@ class ChunkedArrayReader:
         """Fetch a batch; its last ``host`` chunks (decoded on host cores) are staged apart,
         since the device's share goes back to the ring as soon as it is uploaded."""
         split = len(tasks) - host
-        staging = self.backend.acquire_staging(self._expected_stored_bytes(split))
-        host_staging = self.backend.acquire_staging() if host else None
+        staging = self.memory.acquire_staging(self._expected_stored_bytes(split))
+        host_staging = self.memory.acquire_staging() if host else None
         try:
             keys, data = self._fetch_into(tasks[:split], getattr(staging, "reserve", None))
             if host:
@@ -431,8 +430,8 @@ class ChunkedArrayReader:
                 keys, data = keys + host_keys, data + host_data
             return _Fetched(tasks, keys, data, staging, host_staging)
         except BaseException:
-            self.backend.release_staging(staging)
-            self.backend.release_staging(host_staging)
+            self.memory.release_staging(staging)
+            self.memory.release_staging(host_staging)
             raise
 
     def _fetch_into(
@@ -495,7 +494,7 @@ class ChunkedArrayReader:
         offsets, lengths, shard_of = inner.offsets, inner.lengths, inner.shard_of
         if allocate is None:
             runs = merge_ranges(shard_of, offsets, lengths)
-        elif self.backend.stages_unaligned(layout.chunk):
+        elif self.memory.stages_unaligned(layout.chunk):
             # adjacent inner chunks in one read each (fewer, larger reads: a cold disk
             # serves them faster); the chunks then start anywhere in staging
             runs = merge_ranges(shard_of, offsets, lengths, 0, STAGED_RUN_BYTES)
@@ -641,8 +640,8 @@ class ChunkedArrayReader:
                 placement=placement,
             )
         finally:
-            self.backend.release_staging(fetched.staging)
-            self.backend.release_staging(fetched.host_staging)
+            self.memory.release_staging(fetched.staging)
+            self.memory.release_staging(fetched.host_staging)
         damaged = []
         rows, raws = [], []
         for i, raw in zip(present, decoded, strict=True):
@@ -677,7 +676,7 @@ class ChunkedArrayReader:
     def _read_delegated(self, sel: Selection, work: Any) -> None:
         region = tuple(slice(a.start, a.stop, a.step) for a in sel.axes)
         host = np.asarray(self.array[region])
-        work[...] = self.backend.from_host(host.astype(self.layout.dtype, copy=False))
+        work[...] = self.backend.from_any(host.astype(self.layout.dtype, copy=False))
 
 
 class _Targets:

@@ -212,12 +212,8 @@ class ChunkedArrayWriter:
             data, [regions[i] for i in present], layout.chunk_shape, layout.fill_value
         )
         nbytes = layout.chunk.nbytes
-        if self.level is None:
-            frames = self.backend.raw_chunks(packed, nbytes, len(present), stride)
-        else:
-            frames = self.backend.encode_zstd(
-                packed, nbytes, len(present), stride, self.level, self.checksum
-            )
+        zstd = None if self.level is None else (self.level, self.checksum)
+        frames = self.backend.encode_chunks(packed, nbytes, len(present), stride, zstd)
         out: list[bytes | None] = [None] * len(regions)
         for i, f in zip(present, frames, strict=True):
             out[i] = f

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from linumpy_gpu import config
-from linumpy_gpu.backends.base import PLACED, Backend, CpuBackend, EncodedChunk
+from linumpy_gpu.backends.base import PLACED, Backend, BatchMemory, EncodedChunk
+from linumpy_gpu.backends.cpu import CpuBackend
 from linumpy_gpu.codecs import crc32c
 from linumpy_gpu.codecs.errors import CodecError
 from linumpy_gpu.config import Settings
@@ -68,7 +69,11 @@ def gpu_decodable(fmt: ChunkFormat) -> bool:
     return names in (["zstd"], ["zstd", "crc32c"])
 
 
-class GpuBackend(Backend):
+class GpuBackend(Backend, BatchMemory):
+    """Arrays in cupy on one GPU; zstd decoded and encoded in nvCOMP batches (other codecs
+    on the CPU, then copied); reads bounded in device memory and staged in pinned memory
+    (this backend is its own :class:`BatchMemory`)."""
+
     name = "gpu"
 
     def __init__(
@@ -245,13 +250,15 @@ class GpuBackend(Backend):
             self._launch_copy(jobs, ndim, itemsize)
             return packed.reshape(-1).view(np.uint8), stride
 
-    def raw_chunks(self, packed, nbytes, n, stride):
-        host = packed.get()
-        return [host[i * stride : i * stride + nbytes].tobytes() for i in range(n)]
+    def encode_chunks(self, packed, nbytes, n, stride, zstd):
+        if zstd is None:
+            host = packed.get()
+            return [host[i * stride : i * stride + nbytes].tobytes() for i in range(n)]
+        with self.device:  # nvCOMP has no levels: the level is for CPU writers
+            return codec_for_current_device().encode(packed, nbytes, n, stride, zstd[1])
 
-    def encode_zstd(self, packed, nbytes, n, stride, level, checksum):
-        with self.device:
-            return codec_for_current_device().encode(packed, nbytes, n, stride, checksum)
+    def memory(self) -> BatchMemory:
+        return self
 
     def _launch_copy(self, jobs: np.ndarray, ndim: int, itemsize: int) -> None:
         n = len(jobs)
@@ -315,10 +322,6 @@ class GpuBackend(Backend):
                 f"out lives on cuda:{out.device.id}, this image reads to {self.name}"
             )
         super().check_out(out, shape, dtype)
-
-    def from_host(self, array):
-        with self.device:
-            return self.xp.asarray(array)
 
     def finish(self) -> None:
         """Reads stay queued on the current stream; nothing to wait for here."""

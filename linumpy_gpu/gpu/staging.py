@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from linumpy_gpu.engine.batching import SLOT_ALIGN
+from linumpy_gpu.core.placement import SLOT_ALIGN
 
 ARENA_BYTES = 64 << 20
 # How long a batch waits for arenas held by others before reading into ordinary memory:

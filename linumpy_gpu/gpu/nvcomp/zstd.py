@@ -26,7 +26,7 @@ import numpy as np
 
 from linumpy_gpu.codecs import zstd as zstd_cpu
 from linumpy_gpu.codecs.errors import CodecError
-from linumpy_gpu.engine.batching import SLOT_ALIGN, best_fit
+from linumpy_gpu.core.placement import SLOT_ALIGN, best_fit
 from linumpy_gpu.gpu.kernels import FRAME_STATUS, kernel
 from linumpy_gpu.gpu.nvcomp.lib import zstd_api
 from linumpy_gpu.gpu.pinned import GrowingHostBuffer

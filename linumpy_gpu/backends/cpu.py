@@ -1,0 +1,95 @@
+"""The CPU backend: numpy arrays, chunks decoded and encoded by numcodecs on a thread pool
+(numcodecs releases the GIL, so this scales with cores)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from linumpy_gpu.backends.base import Backend, EncodedChunk
+from linumpy_gpu.codecs import decode_chain
+from linumpy_gpu.codecs.errors import CodecError
+from linumpy_gpu.core.assemble import chunk_array, place
+from linumpy_gpu.errors import ChunkDecodeError, OutputMismatchError
+
+
+class CpuBackend(Backend):
+    """Arrays in numpy; chunks decoded and encoded with numcodecs on a thread pool."""
+
+    name = "cpu"
+    xp = np
+
+    _pool: ThreadPoolExecutor | None = None
+    _pool_lock = threading.Lock()
+
+    @classmethod
+    def pool(cls) -> ThreadPoolExecutor:
+        with cls._pool_lock:
+            if cls._pool is None:
+                cls._pool = ThreadPoolExecutor(
+                    os.cpu_count() or 2, thread_name_prefix="linumpy-decode"
+                )
+            return cls._pool
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype=dtype)
+
+    def owns(self, array):
+        return isinstance(array, np.ndarray)
+
+    def place_all(self, work, tasks, raws, fmt, dtype):
+        """Chunks go to disjoint regions of ``work``: copy them on the pool (numpy drops
+        the GIL while copying)."""
+        if len(tasks) < 4:
+            return super().place_all(work, tasks, raws, fmt, dtype)
+
+        def one(item):
+            task, raw = item
+            place(work, task.out_region, chunk_array(raw, fmt, dtype), task.chunk_region)
+
+        list(self.pool().map(one, zip(tasks, raws, strict=True)))
+        return None
+
+    def from_any(self, array):
+        return array.get() if hasattr(array, "__cuda_array_interface__") else np.asarray(array)
+
+    def gather_chunks(self, data, regions, chunk_shape, fill_value):
+        packed = np.empty((len(regions), *chunk_shape), dtype=data.dtype)
+        for slot, region in zip(packed, regions, strict=True):
+            extent = tuple(r.stop - r.start for r in region)
+            if extent != tuple(chunk_shape):
+                slot[...] = fill_value
+            slot[tuple(slice(0, e) for e in extent)] = data[region]
+        return packed.reshape(-1).view(np.uint8), int(packed[0].nbytes) if len(regions) else 0
+
+    def encode_chunks(self, packed, nbytes, n, stride, zstd):
+        views = [packed[i * stride : i * stride + nbytes] for i in range(n)]
+        if zstd is None:
+            return [v.tobytes() for v in views]
+        import numcodecs
+
+        codec = numcodecs.Zstd(level=zstd[0], checksum=zstd[1])
+        if n <= 1:
+            return [codec.encode(v) for v in views]
+        return list(self.pool().map(codec.encode, views))
+
+    def check_out(self, out, shape, dtype):
+        super().check_out(out, shape, dtype)
+        if not out.flags.writeable:
+            raise OutputMismatchError("out is read-only")
+
+    def decode(self, chunks, fmt, array, staging=None, placement=None):
+        def one(item: EncodedChunk) -> np.ndarray | ChunkDecodeError:
+            key, data = item
+            try:
+                raw = decode_chain(data, fmt.codecs, fmt.nbytes)
+            except CodecError as exc:
+                return ChunkDecodeError(array, key, str(exc))
+            return np.frombuffer(raw, dtype=np.uint8)
+
+        if len(chunks) <= 1:
+            return [one(c) for c in chunks]
+        return list(self.pool().map(one, chunks))
