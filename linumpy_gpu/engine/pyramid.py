@@ -1,11 +1,15 @@
-"""Downsampling for pyramids, written once for numpy and cupy (``xp``)."""
+"""Pyramids: downsampling written once for numpy and cupy (``xp``), and recomputing a
+coarser level from a finer one through the engine."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from linumpy_gpu.engine.reader import ChunkedArrayReader
 
 METHODS = ("mean", "nearest", "mode", "gaussian")
 
@@ -127,3 +131,36 @@ def pyramid_factors(
         out.append(f)
         current = [-(-n // k) for n, k in zip(current, f, strict=True)]
     return out
+
+
+def update_level(
+    source: Any,
+    writer: Any,
+    factors: Sequence[int],
+    method: str,
+    backend: Any,
+    region: Any = None,
+    bar: Any = None,
+    slab_bytes: int = 512 << 20,
+) -> None:
+    """Recompute ``writer``'s level from ``source`` (the next finer level) under ``region``
+    (slices in ``source`` coordinates; None = all), in slabs along the first axis."""
+    reader = ChunkedArrayReader(source, backend)
+    shape = tuple(source.shape)
+    if region is None:
+        region = tuple(slice(0, n) for n in shape)
+    lo = [r.start // f * f for r, f in zip(region, factors, strict=True)]
+    hi = [min(-(-r.stop // f) * f, n) for r, f, n in zip(region, factors, shape, strict=True)]
+    plane = math.prod(b - a for a, b in zip(lo[1:], hi[1:], strict=True)) * source.dtype.itemsize
+    step = max(factors[0], (slab_bytes // max(plane, 1)) // factors[0] * factors[0])
+    for z in range(lo[0], hi[0], step):
+        src = (
+            slice(z, min(z + step, hi[0])),
+            *(slice(a, b) for a, b in zip(lo[1:], hi[1:], strict=True)),
+        )
+        reduced = downsample(reader.read(src), factors, method)
+        dst = tuple(
+            slice(s.start // f, s.start // f + n)
+            for s, f, n in zip(src, factors, reduced.shape, strict=True)
+        )
+        writer.write(dst, reduced, progress=bar)

@@ -47,16 +47,10 @@ def gpu_zarr_context(
     import cupy
     import zarr
 
-    from linumpy_gpu.gpu.zarr_codec import QUALNAME, ensure_registered
+    from linumpy_gpu.gpu.zarr_codec import gpu_zstd_config, register_nvcomp_zstd
 
-    ensure_registered()
-    settings = {
-        "buffer": "zarr.buffer.gpu.Buffer",
-        "ndbuffer": "zarr.buffer.gpu.NDBuffer",
-        "codecs.zstd": QUALNAME,
-        "codec_pipeline.batch_size": int(batch_size),
-        "async.concurrency": int(concurrency),
-    }
+    register_nvcomp_zstd()
+    settings = gpu_zstd_config(batch_size, concurrency)
     dev = cupy.cuda.Device(cupy.cuda.Device().id if device is None else device)
     with dev, zarr.config.set(settings), _v2_codecs_on_gpu():
         yield

@@ -129,7 +129,39 @@ class NvcompZstdCodec(ZstdCodec):
         return self._encode_batch([(chunk_bytes, chunk_spec)])[0]
 
 
-def ensure_registered() -> None:
+_registered = False
+
+
+def register_nvcomp_zstd() -> bool:
+    """Register :class:`NvcompZstdCodec` under zarr's ``zstd`` codec id (idempotent).
+
+    Returns True when registered; False where the GPU stack (cupy, nvCOMP, a CUDA device)
+    is missing, in which case nothing is registered and zarr's CPU zstd codec keeps
+    answering. Registering makes the class known to zarr; zarr uses it where its config
+    names it (:func:`gpu_zstd_config`, or :func:`~linumpy_gpu.gpu_zarr_context`)."""
+    global _registered
+    if _registered:
+        return True
+    from linumpy_gpu.gpu.deps import missing_pieces
+
+    if missing_pieces():
+        return False
     from zarr.registry import register_codec
 
     register_codec("zstd", NvcompZstdCodec, qualname=QUALNAME)
+    _registered = True
+    return True
+
+
+def gpu_zstd_config(batch_size: int = 1024, concurrency: int = 64) -> dict[str, Any]:
+    """The zarr config that :func:`~linumpy_gpu.gpu_zarr_context` applies: GPU buffers,
+    ``zstd`` through :class:`NvcompZstdCodec`, and a codec pipeline batch (``batch_size``
+    chunks) and async concurrency large enough for a batched codec to see many chunks at
+    once. Use it with ``zarr.config.set(...)`` after :func:`register_nvcomp_zstd`."""
+    return {
+        "buffer": "zarr.buffer.gpu.Buffer",
+        "ndbuffer": "zarr.buffer.gpu.NDBuffer",
+        "codecs.zstd": QUALNAME,
+        "codec_pipeline.batch_size": int(batch_size),
+        "async.concurrency": int(concurrency),
+    }

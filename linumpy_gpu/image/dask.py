@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from linumpy_gpu.image import Level
+    from linumpy_gpu.image.level import Level
 
 
 def level_to_dask(level: Level, chunks: Any = None) -> Any:

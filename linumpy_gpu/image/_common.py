@@ -1,0 +1,23 @@
+"""Small helpers shared by the image modules: store paths, region slices, byte counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def as_slices(region: Any, ndim: int) -> tuple[slice, ...]:
+    region = region if isinstance(region, tuple) else (region,)
+    region = tuple(slice(r, r + 1) if isinstance(r, int) else r for r in region)
+    return region + (slice(None),) * (ndim - len(region))
+
+
+def join(*parts: str) -> str:
+    return "/".join(p.rstrip("/") for p in parts if p)
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

@@ -1,0 +1,154 @@
+"""Collections of images: HCS plates and their wells, bioformats2raw series."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from linumpy_gpu import ngff
+from linumpy_gpu.backends.base import Backend
+from linumpy_gpu.errors import InvalidMetadataError, NotFoundError
+from linumpy_gpu.image._common import join
+from linumpy_gpu.image.multiscale import MultiscaleImage
+from linumpy_gpu.io.stores import translated_errors
+
+
+class Well:
+    """One well of a plate: its fields of view, each a multiscale image."""
+
+    def __init__(self, group: Any, path: str, backend: Backend):
+        self.group, self.path, self.backend = group, path, backend
+        block, version = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+        self.meta = ngff.parse_well(block, version, path)
+
+    @property
+    def fields(self) -> tuple[ngff.FieldRef, ...]:
+        return self.meta.images
+
+    def image(self, field: int = 0) -> MultiscaleImage:
+        """The multiscale image of field of view ``field`` (an index)."""
+        n = len(self.meta.images)
+        if (
+            not isinstance(field, int | np.integer)
+            or isinstance(field, bool)
+            or not -n <= field < n
+        ):
+            raise NotFoundError(f"well '{self.path}' has no field {field!r}; it has {n} field(s)")
+        ref = self.meta.images[int(field)]
+        return _open_child(self.group, ref.path, join(self.path, ref.path), self.backend)
+
+    def __getitem__(self, field: int) -> MultiscaleImage:
+        return self.image(field)
+
+    def __len__(self) -> int:
+        return len(self.meta.images)
+
+    def __repr__(self) -> str:
+        return f"<Well '{self.path}': {len(self)} field(s)>"
+
+
+class Plate:
+    """An HCS plate: rows, columns, wells; ``plate["A/1"]`` or ``plate.well("A", "1")``."""
+
+    def __init__(self, group: Any, path: str, backend: Backend):
+        self.group, self.path, self.backend = group, path, backend
+        block, version = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+        self.meta = ngff.parse_plate(block, version, path)
+
+    @property
+    def name(self) -> str | None:
+        return self.meta.name
+
+    @property
+    def rows(self) -> tuple[str, ...]:
+        return self.meta.rows
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.meta.columns
+
+    @property
+    def wells(self) -> tuple[ngff.WellRef, ...]:
+        return self.meta.wells
+
+    def well(self, row: str, column: str) -> Well:
+        return self[f"{row}/{column}"]
+
+    def image(self, row: str, column: str, field: int = 0) -> MultiscaleImage:
+        return self.well(row, column).image(field)
+
+    def __getitem__(self, path: str) -> Well:
+        if path not in {w.path for w in self.meta.wells}:
+            shown = [w.path for w in self.meta.wells[:20]]
+            raise NotFoundError(f"plate '{self.path}' has no well {path!r}; it has {shown}")
+        try:
+            group = self.group[path]
+        except KeyError:
+            raise InvalidMetadataError(
+                self.path, "plate.wells", f"a well group at '{path}'", "nothing"
+            ) from None
+        return Well(group, join(self.path, path), self.backend)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Plate '{self.path}' {self.name or ''}: {len(self.rows)} rows x "
+            f"{len(self.columns)} columns, {len(self.wells)} wells>"
+        )
+
+
+class SeriesCollection:
+    """A bioformats2raw.layout root: the images ``0``, ``1``, ... it holds."""
+
+    def __init__(self, group: Any, path: str, backend: Backend):
+        self.group, self.path, self.backend = group, path, backend
+        block, _ = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+        ngff.parse_bioformats2raw(block, path)
+        self.series_paths = self._series_paths()
+
+    def _series_paths(self) -> list[str]:
+        try:
+            ome = self.group["OME"]
+        except KeyError:
+            ome = None
+        if ome is not None:
+            with translated_errors(join(self.path, "OME"), metadata=True):
+                block, _ = ngff.ome_block(dict(ome.attrs), ome.metadata.zarr_format)
+            listed = block.get("series")
+            if isinstance(listed, list) and listed:
+                return [str(s) for s in listed]
+        paths = []
+        i = 0
+        while True:
+            try:
+                self.group[str(i)]
+            except KeyError:
+                break
+            paths.append(str(i))
+            i += 1
+        return paths
+
+    def __len__(self) -> int:
+        return len(self.series_paths)
+
+    def __getitem__(self, i: int) -> MultiscaleImage:
+        n = len(self.series_paths)
+        if not isinstance(i, int | np.integer) or isinstance(i, bool) or not -n <= i < n:
+            raise NotFoundError(f"'{self.path}' has no series {i!r}; it has {n} series")
+        p = self.series_paths[int(i)]
+        return _open_child(self.group, p, join(self.path, p), self.backend)
+
+    def __repr__(self) -> str:
+        return f"<SeriesCollection '{self.path}' (bioformats2raw): {len(self)} series>"
+
+
+def _open_child(group: Any, path: str, where: str, backend: Backend) -> MultiscaleImage:
+    """The multiscale image at ``path`` below ``group``."""
+    with translated_errors(where, metadata=True):
+        try:
+            child = group[path]
+        except KeyError as exc:
+            raise InvalidMetadataError(where, "path", "a zarr group", "nothing") from exc
+    if not hasattr(child, "attrs") or hasattr(child, "dtype"):
+        raise InvalidMetadataError(where, "path", "a zarr group", "an array")
+    return MultiscaleImage(child, where, backend)

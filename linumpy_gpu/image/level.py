@@ -1,0 +1,161 @@
+"""One resolution level of an image: a lazily read n-D array."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from linumpy_gpu import ngff
+from linumpy_gpu.engine import ChunkedArrayReader
+from linumpy_gpu.errors import StorePermissionError
+from linumpy_gpu.image._common import format_bytes
+
+if TYPE_CHECKING:
+    from linumpy_gpu.image.multiscale import MultiscaleImage
+
+
+class Level:
+    """One resolution level: a lazily read n-D array with numpy basic indexing."""
+
+    def __init__(self, reader: ChunkedArrayReader, image: MultiscaleImage, index: int, path: str):
+        self._reader = reader
+        self.image = image
+        self.index = index
+        self.path = path
+
+    # metadata -------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._reader.layout.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._reader.layout.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """The chunk shape: the inner chunk for sharded arrays."""
+        return self._reader.layout.chunk_shape
+
+    @property
+    def shards(self) -> tuple[int, ...] | None:
+        return self._reader.layout.shard_shape
+
+    @property
+    def codecs(self) -> tuple[str, ...]:
+        layout = self._reader.layout
+        if layout.chunk is not None:
+            return layout.codec_names
+        arr = self._reader.array
+        return tuple(type(c).__name__ for c in (*arr.filters, *arr.compressors))
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def axes(self) -> tuple[ngff.Axis, ...]:
+        return self.image.axes
+
+    @property
+    def scale(self) -> tuple[float, ...]:
+        return self.image.scale(self.index)
+
+    @property
+    def translation(self) -> tuple[float, ...]:
+        return self.image.translation(self.index)
+
+    @property
+    def device(self) -> str:
+        return self._reader.backend.name
+
+    @property
+    def zarr_array(self) -> Any:
+        """The underlying zarr-python array (metadata, attributes, CPU access)."""
+        return self._reader.array
+
+    # reading ---------------------------------------------------------------------------
+    def read(
+        self,
+        region: Any = None,
+        out: Any = None,
+        *,
+        progress: bool | None = None,
+        on_damaged: str = "raise",
+    ) -> Any:
+        """Read ``region`` (numpy basic indexing; None = everything) into a new array or
+        into ``out`` (same shape and dtype, on this level's device). Returns numpy on the
+        CPU and cupy on the GPU. ``on_damaged="fill"`` reads past damaged chunks (fill
+        value in their place, a :class:`DamagedChunkWarning` naming them) instead of
+        raising :class:`ChunkDecodeError`. ``progress``: a progress bar (default: the
+        ``progress`` setting)."""
+        index = () if region is None else region
+        if progress is None:
+            progress = self._reader.settings.progress
+        if not progress:
+            return self._reader.read(index, out, on_damaged=on_damaged)
+        from tqdm.auto import tqdm
+
+        with tqdm(desc=f"reading {self.image.name or 'level'} [{self.index}]", unit="chunk") as bar:
+            return self._reader.read(index, out, progress=bar, on_damaged=on_damaged)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._reader.read(index)
+
+    def read_regions(self, regions: Any) -> list[Any]:
+        """Read many regions in one go (each touched chunk decoded once, in shared
+        batches): the fast way to pull a set of tiles."""
+        return self._reader.read_regions(list(regions))
+
+    def __setitem__(self, region: Any, value: Any) -> None:
+        """Write ``value`` into ``region`` (integers and step-1 slices) of this level. The
+        image must be opened with ``mode="r+"``. Chunks the region covers whole are encoded
+        and replaced; partly covered ones are read, modified and rewritten. Lower levels are
+        not touched: call ``image.update_pyramid(region)`` afterwards."""
+        self._writer().write(region, value)
+
+    def _writer(self) -> Any:
+        if getattr(self.image.group.store, "read_only", False):
+            raise StorePermissionError(
+                f"'{self.image.path}' is open read-only: open it with mode='r+' to write"
+            )
+        from linumpy_gpu.engine.writer import ChunkedArrayWriter
+
+        self._reader.check_unchanged()
+        return ChunkedArrayWriter(self._reader.array, self._reader.backend, name=self._reader.name)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        data = self.read()
+        if not isinstance(data, np.ndarray):
+            data = data.get()
+        return data if dtype is None else data.astype(dtype, copy=False)
+
+    def to_dask(self, chunks: Any = None) -> Any:
+        """A lazy dask array over this level, one task per (multiple of the) storage chunk.
+
+        Blocks are numpy or cupy, as this level's device reads.
+        """
+        from linumpy_gpu.image.dask import level_to_dask
+
+        return level_to_dask(self, chunks)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        shards = f", shards={self.shards}" if self.shards else ""
+        return (
+            f"<Level {self.index} of '{self.image.path}': shape={self.shape}, chunks={self.chunks}"
+            f"{shards}, dtype={self.dtype}, codecs={list(self.codecs)}, "
+            f"{format_bytes(self.nbytes)}, device={self.device}>"
+        )

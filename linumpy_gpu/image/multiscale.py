@@ -1,0 +1,258 @@
+"""Multiscale images and their label images."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from linumpy_gpu import ngff
+from linumpy_gpu.backends.base import Backend
+from linumpy_gpu.engine import ChunkedArrayReader
+from linumpy_gpu.errors import (
+    InvalidMetadataError,
+    LevelNotFoundError,
+    MetadataWarning,
+    NotFoundError,
+    warn,
+)
+from linumpy_gpu.image._common import as_slices, format_bytes, join
+from linumpy_gpu.image.level import Level
+from linumpy_gpu.io.stores import translated_errors
+
+
+class MultiscaleImage:
+    """An OME-NGFF multiscale image: levels, axes, physical transforms, channels, labels."""
+
+    def __init__(self, group: Any, path: str, backend: Backend, *, multiscale_index: int = 0):
+        self.group = group
+        self.path = path
+        self.backend = backend
+        block, version = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+        self.meta: ngff.MultiscaleMeta = ngff.parse_multiscales(
+            block, version, path, multiscale_index
+        )
+        self.levels: list[Level] = [
+            self._open_level(i, ds) for i, ds in enumerate(self.meta.datasets)
+        ]
+        self._check_levels()
+
+    def _open_level(self, i: int, ds: ngff.DatasetMeta) -> Level:
+        field = f"multiscales[0].datasets[{i}].path"
+        where = join(self.path, ds.path)
+        with translated_errors(where, metadata=True):
+            try:
+                array = self.group[ds.path]
+            except KeyError as exc:
+                raise InvalidMetadataError(
+                    self.path, field, f"a zarr array at '{ds.path}'", "nothing"
+                ) from exc
+        if not hasattr(array, "dtype"):
+            raise InvalidMetadataError(self.path, field, f"a zarr array at '{ds.path}'", "a group")
+        if array.ndim != len(self.meta.axes):
+            raise InvalidMetadataError(
+                self.path,
+                field,
+                f"a {len(self.meta.axes)}-D array (one dimension per axis "
+                f"{list(self.meta.axis_names)})",
+                f"{array.ndim}-D array of shape {array.shape}",
+            )
+        with translated_errors(where, metadata=True):
+            reader = ChunkedArrayReader(array, self.backend, name=where)
+        return Level(reader, self, i, ds.path)
+
+    def _check_levels(self) -> None:
+        dtypes = {lv.dtype for lv in self.levels}
+        if len(dtypes) > 1:
+            warn(
+                f"{self.path}: pyramid levels have different dtypes "
+                f"{[str(lv.dtype) for lv in self.levels]}; NGFF expects one dtype",
+                MetadataWarning,
+            )
+
+    # metadata -------------------------------------------------------------------------
+    @property
+    def version(self) -> str:
+        return self.meta.version
+
+    @property
+    def name(self) -> str | None:
+        return self.meta.name
+
+    @property
+    def axes(self) -> tuple[ngff.Axis, ...]:
+        return self.meta.axes
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        return self.meta.axis_names
+
+    @property
+    def channels(self) -> tuple[ngff.Channel, ...]:
+        return self.meta.channels
+
+    @property
+    def image_label(self) -> ngff.ImageLabelMeta | None:
+        """The ``image-label`` metadata when this image is a label image."""
+        return self.meta.image_label
+
+    @property
+    def device(self) -> str:
+        return self.backend.name
+
+    def scale(self, level: int | str = 0) -> tuple[float, ...]:
+        """Physical size of one voxel of ``level`` (an index or a dataset path) along each
+        axis (multiscale-level transforms composed in)."""
+        return self.meta.datasets[self.level_index(level)].scale
+
+    def translation(self, level: int | str = 0) -> tuple[float, ...]:
+        """Physical position of the first voxel's centre of ``level`` along each axis."""
+        return self.meta.datasets[self.level_index(level)].translation
+
+    def level_index(self, level: int | str) -> int:
+        """The index of ``level``: an index (negative counts from the coarsest) or a
+        dataset path as the metadata writes it (``'0'``, ``'scale0/image'``)."""
+        n = len(self.meta.datasets)
+        if isinstance(level, int | np.integer) and not isinstance(level, bool):
+            if -n <= int(level) < n:
+                return int(level) % n
+        elif isinstance(level, str):
+            for i, ds in enumerate(self.meta.datasets):
+                if ds.path == level:
+                    return i
+        paths = [ds.path for ds in self.meta.datasets]
+        raise LevelNotFoundError(
+            f"'{self.path}' has no level {level!r}: it has {n} level(s), "
+            f"indices 0..{n - 1} or paths {paths}"
+        )
+
+    @cached_property
+    def labels(self) -> Labels:
+        return Labels(self)
+
+    # access ----------------------------------------------------------------------------
+    def __getitem__(self, level: int | str) -> Level:
+        return self.levels[self.level_index(level)]
+
+    def __len__(self) -> int:
+        return len(self.levels)
+
+    def __iter__(self) -> Iterator[Level]:
+        return iter(self.levels)
+
+    def to_dask(self, level: int | str = 0, chunks: Any = None) -> Any:
+        """A lazy dask array over ``level`` (see :meth:`Level.to_dask`)."""
+        return self[level].to_dask(chunks)
+
+    def update_pyramid(self, region: Any = None, method: str | None = None) -> None:
+        """Recompute the lower levels under ``region`` of level 0 (slices; None = all),
+        after region writes into level 0. ``method`` defaults to the one the metadata
+        records (``type``), else "mean"."""
+        from linumpy_gpu.engine.pyramid import METHODS, update_level
+
+        method = method or (self.meta.type if self.meta.type in METHODS else "mean")
+        shape0 = self.levels[0].shape
+        current = (
+            tuple(slice(0, n) for n in shape0)
+            if region is None
+            else tuple(
+                slice(*s.indices(n)[:2])
+                for s, n in zip(as_slices(region, len(shape0)), shape0, strict=True)
+            )
+        )
+        for i in range(1, len(self.levels)):
+            finer, coarser = self.levels[i - 1], self.levels[i]
+            factors = tuple(
+                max(1, round(a / b)) for a, b in zip(finer.shape, coarser.shape, strict=True)
+            )
+            update_level(
+                finer.zarr_array, coarser._writer(), factors, method, self.backend, current
+            )
+            current = tuple(
+                slice(s.start // f, -(-s.stop // f)) for s, f in zip(current, factors, strict=True)
+            )
+
+    def __repr__(self) -> str:
+        axes = ", ".join(
+            f"{a.name}[{a.type or '?'}{', ' + a.unit if a.unit else ''}]" for a in self.axes
+        )
+        lines = [
+            f"<MultiscaleImage '{self.path}' NGFF {self.version}, device={self.device}>",
+            f"  axes: {axes}",
+        ]
+        if self.channels:
+            lines.append(
+                "  channels: "
+                + ", ".join(f"{c.label or '?'} (#{c.color or '------'})" for c in self.channels)
+            )
+        rows = [("level", "shape", "chunks", "shards", "dtype", "codecs", "size", "scale")]
+        for lv in self.levels:
+            rows.append(
+                (
+                    str(lv.index),
+                    str(lv.shape),
+                    str(lv.chunks),
+                    str(lv.shards or "-"),
+                    str(lv.dtype),
+                    ", ".join(lv.codecs) or "raw",
+                    format_bytes(lv.nbytes),
+                    "(" + ", ".join(f"{s:g}" for s in lv.scale) + ")",
+                )
+            )
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines += [
+            "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in rows
+        ]
+        return "\n".join(lines)
+
+
+class Labels(Mapping[str, MultiscaleImage]):
+    """The label images of an image (its ``labels`` group), opened on demand."""
+
+    def __init__(self, image: MultiscaleImage):
+        self._image = image
+        self._opened: dict[str, MultiscaleImage] = {}
+        self._group = None
+        self.names: tuple[str, ...] = ()
+        try:
+            group = image.group["labels"]
+        except KeyError:
+            return
+        block, _ = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+        where = join(image.path, "labels")
+        self.names = ngff.parse_labels_group(block, where) if "labels" in block else ()
+        self._group = group
+
+    def __getitem__(self, name: str) -> MultiscaleImage:
+        if name not in self.names:
+            raise NotFoundError(
+                f"'{self._image.path}' has no label image {name!r}; it has {list(self.names)}"
+            )
+        if name not in self._opened:
+            where = join(self._image.path, "labels", name)
+            try:
+                group = self._group[name]
+            except KeyError:
+                raise InvalidMetadataError(
+                    join(self._image.path, "labels"),
+                    "labels",
+                    f"a label group at '{name}'",
+                    "nothing",
+                ) from None
+            label = MultiscaleImage(group, where, self._image.backend)
+            if label.image_label is None:
+                warn(f"{where}: label image has no 'image-label' metadata", MetadataWarning)
+            self._opened[name] = label
+        return self._opened[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __repr__(self) -> str:
+        return f"<Labels of '{self._image.path}': {list(self.names)}>"

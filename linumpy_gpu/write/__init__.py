@@ -1,0 +1,286 @@
+"""Write arrays as OME-Zarr images (NGFF 0.5 on zarr v3, or 0.4 on zarr v2) with a pyramid.
+
+Every argument is checked, and the metadata the write will produce is built and validated,
+before anything touches the disk. A local store is built in a hidden folder beside its
+destination and swapped in once complete, so an existing store stays whole until its
+replacement is, and a lazy array that reads from the store it replaces still finds its
+source while it is written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import zarr
+
+from linumpy_gpu import ngff
+from linumpy_gpu.backends import resolve_backend
+from linumpy_gpu.errors import (
+    InvalidArgumentError,
+    StoreExistsError,
+    WriteError,
+)
+from linumpy_gpu.image import MultiscaleImage, open_ome_zarr
+from linumpy_gpu.io.files import built_beside, check_replaceable
+from linumpy_gpu.io.stores import locate, translated_errors
+from linumpy_gpu.ngff import build
+from linumpy_gpu.ngff.model import Channel
+from linumpy_gpu.write.levels import write_image
+from linumpy_gpu.write.plan import ImagePlan, label_colors, plan_image
+
+LABEL_METHODS = ("mode", "nearest")
+# Label names become folder names: plain names only.
+_LABEL_NAME = re.compile(r"[^/\\\x00-\x1f]+")
+
+
+def write_ome_zarr(
+    path: Any,
+    data: Any,
+    *,
+    axes: Sequence[str] | str | None = None,
+    units: Sequence[str | None] | None = None,
+    scale: Sequence[float] | None = None,
+    translation: Sequence[float] | None = None,
+    channels: Sequence[Channel | dict[str, Any]] | None = None,
+    version: str = "0.5",
+    chunks: Sequence[int] | None = None,
+    shards: Sequence[int] | None = None,
+    compressor: str | None = "zstd",
+    compression_level: int = 3,
+    checksum: bool = True,
+    levels: int | Sequence[Sequence[int]] = 1,
+    method: str = "mean",
+    name: str | None = None,
+    overwrite: bool = False,
+    device: Any = "auto",
+    progress: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    _extra_block: dict[str, Any] | None = None,
+) -> Any:
+    """Write ``data`` (numpy, cupy or dask, 2- to 5-D) as an OME-Zarr multiscale image and
+    return it opened.
+
+    ``path``: a local path, an object-store URL (``s3://``, ``gs://``, ``memory://``, with
+    ``storage_options`` for fsspec) or a zarr store. ``levels``: a number of levels (2x on
+    spatial axes per level) or a list of per-level factors relative to the previous level.
+    ``method``: "mean" (intensities; partial edge blocks averaged over what they hold),
+    "gaussian", "nearest" or "mode" (labels). ``device``: where the pyramid is computed and
+    chunks are compressed: "auto" (the GPU for cupy input, else the CPU), "cpu", "gpu".
+
+    An existing store at ``path`` is replaced only with ``overwrite=True``, and only if it
+    is a zarr store (or an empty folder): a local one is built beside it and swapped in when
+    complete; a remote one is deleted once every check has passed, then written with its
+    metadata last (an interrupted write leaves a store that refuses to open).
+    """
+    plan = plan_image(
+        data,
+        axes=axes,
+        units=units,
+        scale=scale,
+        translation=translation,
+        channels=channels,
+        version=version,
+        chunks=chunks,
+        shards=shards,
+        compressor=compressor,
+        compression_level=compression_level,
+        checksum=checksum,
+        levels=levels,
+        method=method,
+        name=name,
+        extra_block=_extra_block,
+        where=str(path),
+    )
+    if not isinstance(overwrite, bool):
+        raise InvalidArgumentError(f"overwrite must be True or False, got {overwrite!r}")
+    backend = _backend_for(data, device)
+    location = locate(path, mode="w", storage_options=storage_options, must_exist=False)
+    if location.local_root is not None:
+        target = location.local_root
+        _check_destination(target, overwrite)
+        with built_beside(target, overwrite) as staging:
+            write_image(_local_group(staging, plan), data, plan, backend, progress, target)
+        return open_ome_zarr(target, device=backend)
+    root = _remote_group(location.store, "", plan, overwrite, location.where)
+    write_image(root, data, plan, backend, progress, location.where)
+    if location.protocol is not None:
+        return open_ome_zarr(path, device=backend, storage_options=storage_options)
+    return open_ome_zarr(location.store, device=backend)
+
+
+def write_labels(
+    image: Any,
+    name: str,
+    data: Any,
+    *,
+    colors: dict[int, Sequence[int]] | Sequence[dict[str, Any]] | None = None,
+    properties: Sequence[dict[str, Any]] | None = None,
+    method: str = "mode",
+    chunks: Sequence[int] | None = None,
+    overwrite: bool = False,
+    device: Any = "auto",
+) -> Any:
+    """Write a label image ``name`` under ``image`` (a path or an opened image): integer
+    data of level 0's shape, a pyramid matching the image's ("mode" or "nearest"), the
+    ``image-label`` metadata (``colors`` as {value: (r, g, b, a)} or NGFF dicts,
+    ``properties`` as NGFF dicts) and the ``labels`` group listing. Returns the label image.
+
+    Replacing a label image (``overwrite=True``) touches that label image only."""
+    parent = image if isinstance(image, MultiscaleImage) else open_ome_zarr(image)
+    _check_label_name(name, parent)
+    if not all(hasattr(data, a) for a in ("shape", "dtype", "ndim")):
+        raise WriteError(
+            f"label data must be a numpy, cupy or dask array, got {type(data).__name__}"
+        )
+    dtype = np.dtype(data.dtype)
+    if dtype.kind not in "iu":
+        raise WriteError(f"label images need an integer dtype, got {dtype}")
+    if tuple(data.shape) != parent[0].shape:
+        raise WriteError(
+            f"labels of shape {tuple(data.shape)} for an image of shape {parent[0].shape}"
+        )
+    if method not in LABEL_METHODS:
+        raise WriteError(f"label pyramids use 'mode' or 'nearest', not {method!r}")
+    color_list = label_colors(colors)
+    props = [dict(p) for p in properties or []]
+    if (
+        color_list
+        and props
+        and {c["label-value"] for c in color_list} != {p.get("label-value") for p in props}
+    ):
+        raise WriteError("label colors and properties must describe the same label values")
+    label_block: dict[str, Any] = {"image-label": {"source": {"image": "../../"}}}
+    if color_list:
+        label_block["image-label"]["colors"] = color_list
+    if props:
+        label_block["image-label"]["properties"] = props
+    if parent.version == "0.4":
+        label_block["image-label"]["version"] = "0.4"
+    factors = [
+        tuple(max(1, round(a / b)) for a, b in zip(f.shape, c.shape, strict=True))
+        for f, c in zip(parent.levels, parent.levels[1:], strict=False)
+    ]
+    plan = plan_image(
+        data,
+        axes=parent.axis_names,
+        units=[a.unit for a in parent.axes],
+        scale=parent.scale(0),
+        translation=parent.translation(0),
+        version=parent.version,
+        chunks=chunks or parent[0].chunks,
+        levels=factors if factors else 1,
+        method=method,
+        name=name,
+        extra_block=label_block,
+        where=f"{parent.path}/labels/{name}",
+    )
+    if not isinstance(overwrite, bool):
+        raise InvalidArgumentError(f"overwrite must be True or False, got {overwrite!r}")
+    backend = _backend_for(data, device)
+    zarr_format = 3 if parent.version == "0.5" else 2
+    store, prefix = parent.group.store, parent.group.path
+    labels_path = f"{prefix}/labels" if prefix else "labels"
+    root = getattr(store, "root", None)
+    where = f"{parent.path}/labels/{name}"
+    if root is not None:
+        store = zarr.storage.LocalStore(root)  # writable whatever mode the image was opened in
+        target = os.path.join(os.fspath(root), *labels_path.split("/"), name)
+        _check_destination(target, overwrite)
+        with built_beside(target, overwrite) as staging:
+            write_image(_local_group(staging, plan), data, plan, backend, False, target)
+    else:
+        if getattr(store, "read_only", False):
+            store = store.with_read_only(False)
+        label_root = _remote_group(store, f"{labels_path}/{name}", plan, overwrite, where)
+        write_image(label_root, data, plan, backend, False, where)
+    with translated_errors(f"{parent.path}/labels"):
+        labels_group = zarr.open_group(
+            store=store, path=labels_path, mode="a", zarr_format=zarr_format
+        )
+        block, _ = ngff.ome_block(dict(labels_group.attrs), labels_group.metadata.zarr_format)
+        names = [n for n in block.get("labels", []) if n != name] + [name]
+        labels_group.attrs.put(build.wrap(parent.version, {"labels": names}))
+    with translated_errors(parent.path):
+        fresh = zarr.open_group(store=store, path=prefix, mode="r")
+    return open_ome_zarr(fresh, device=backend).labels[name]
+
+
+def _check_label_name(name: Any, parent: Any) -> None:
+    """A label name is one folder name: not empty, no separators, not '.' or '..', not a
+    hidden or zarr metadata name, and not the path of one of the image's levels."""
+    if not isinstance(name, str) or not _LABEL_NAME.fullmatch(name or ""):
+        raise InvalidArgumentError(
+            f"label name must be a plain folder name (no '/', '\\\\' or control characters), "
+            f"got {name!r}"
+        )
+    if name in (".", "..") or name.startswith(".") or name == "zarr.json" or name != name.strip():
+        raise InvalidArgumentError(
+            f"label name {name!r} is not allowed: it must not start with '.', be 'zarr.json' "
+            "or have leading or trailing spaces"
+        )
+    if name in {lv.path for lv in parent.levels} or name == "labels":
+        raise InvalidArgumentError(
+            f"label name {name!r} is also the path of a level or group of '{parent.path}'; "
+            "choose another name"
+        )
+
+
+def _check_destination(target: str, overwrite: bool) -> None:
+    if os.path.lexists(target):
+        if not overwrite:
+            raise StoreExistsError(f"'{target}' exists; pass overwrite=True to replace it")
+        check_replaceable(target)
+
+
+def _local_group(folder: str, plan: ImagePlan) -> Any:
+    store = zarr.storage.LocalStore(folder)
+    return zarr.open_group(store=store, mode="w", zarr_format=plan.zarr_format)
+
+
+def _remote_group(store: Any, path: str, plan: ImagePlan, overwrite: bool, where: str) -> Any:
+    """The group to write into at ``path`` of a store we cannot build beside; an existing
+    zarr group there is deleted (``overwrite``) only now that every check has passed."""
+    with translated_errors(where):
+        existing = _existing_node(store, path)
+        if existing == "other":
+            raise StoreExistsError(
+                f"'{where}' holds objects that are not a zarr store; refusing to replace them"
+            )
+        if existing == "zarr" and not overwrite:
+            raise StoreExistsError(f"'{where}' exists; pass overwrite=True to replace it")
+        return zarr.open_group(store=store, path=path, mode="w", zarr_format=plan.zarr_format)
+
+
+def _existing_node(store: Any, path: str) -> str | None:
+    """'zarr' where zarr metadata sits at ``path``, 'other' where other objects do, else
+    None."""
+    from zarr.core.sync import sync
+
+    prefix = f"{path}/" if path else ""
+
+    async def look() -> str | None:
+        for marker in ("zarr.json", ".zgroup", ".zattrs", ".zarray"):
+            if await store.exists(prefix + marker):
+                return "zarr"
+        async for _ in store.list_dir(path):
+            return "other"
+        return None
+
+    return sync(look())
+
+
+def _backend_for(data: Any, device: Any) -> Any:
+    is_dask = type(data).__module__.startswith("dask")
+    on_gpu = hasattr(data, "__cuda_array_interface__") or (
+        is_dask and hasattr(getattr(data, "_meta", None), "__cuda_array_interface__")
+    )
+    if isinstance(device, str) and device == "auto":
+        device = "gpu" if on_gpu else "cpu"
+    return resolve_backend(device)
+
+
+__all__ = ["write_labels", "write_ome_zarr"]

@@ -1,0 +1,109 @@
+"""Writing an image's levels into a zarr group: arrays created, level 0 written (whole, or
+block by block from dask), each coarser level computed from the one before, metadata last."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from linumpy_gpu.engine.pyramid import downsample, update_level
+from linumpy_gpu.engine.writer import ChunkedArrayWriter
+from linumpy_gpu.errors import LinumpyGpuError, WriteError
+from linumpy_gpu.write.plan import ImagePlan
+
+# Marks a group whose write has not finished: until the metadata lands it does not open.
+INCOMPLETE_MARKER = "linumpy_gpu"
+
+
+def write_image(
+    root: Any, data: Any, plan: ImagePlan, backend: Any, progress: bool, where: str
+) -> None:
+    """Every level of ``data`` into the group ``root``, then its metadata (last: until it
+    lands, the group does not open as an OME-Zarr image)."""
+    root.attrs.put({INCOMPLETE_MARKER: {"write_in_progress": True}})
+    bar = _progress_bar(progress, plan, os.path.basename(where))
+    written: list[str] = []
+    try:
+        arrays = [_create_level(root, i, shape, plan) for i, shape in enumerate(plan.shapes)]
+        is_dask = type(data).__module__.startswith("dask")
+        _write_pyramid(arrays, data, plan.factors, plan.method, backend, bar, written, is_dask)
+    except LinumpyGpuError:
+        raise
+    except Exception as exc:
+        raise WriteError(
+            f"writing '{where}' failed ({type(exc).__name__}: {exc}); levels "
+            f"{written or 'none'} were complete. Nothing replaced the destination."
+        ) from exc
+    finally:
+        if bar is not None:
+            bar.close()
+    root.attrs.put(plan.attributes)
+
+
+def _create_level(root: Any, i: int, shape: tuple[int, ...], plan: ImagePlan) -> Any:
+    chunks = tuple(min(c, n) for c, n in zip(plan.chunks, shape, strict=True))
+    shards = None
+    if plan.shards is not None:
+        shards = tuple(
+            max(c, min(s, -(-n // c) * c))
+            for s, c, n in zip(plan.shards, chunks, shape, strict=True)
+        )
+    extra = {"dimension_names": plan.axis_names} if plan.zarr_format == 3 else {}
+    return root.create_array(
+        str(i),
+        shape=shape,
+        dtype=plan.dtype,
+        chunks=chunks,
+        shards=shards,
+        fill_value=0,
+        **plan.codec_kwargs,
+        **extra,
+    )
+
+
+def _write_pyramid(arrays, data, factors, method, backend, bar, written, is_dask) -> None:
+
+    writers = [
+        ChunkedArrayWriter(a, backend, name=str(a.store_path), locking=False) for a in arrays
+    ]
+    if is_dask:
+        _write_dask(writers[0], data, bar)
+        written.append("0")
+        for i, f in enumerate(factors):
+            update_level(arrays[i], writers[i + 1], f, method, backend, bar=bar)
+            written.append(str(i + 1))
+        return
+    current = backend.from_any(data)
+    for i, writer in enumerate(writers):
+        if i:
+            current = downsample(current, factors[i - 1], method)
+        writer.write((), current, progress=bar)
+        written.append(str(i))
+
+
+def _write_dask(writer: Any, data: Any, bar: Any) -> None:
+    """Level 0 from a dask array, one storage-aligned block at a time."""
+    unit = writer.layout.shard_shape or writer.layout.chunk_shape
+    aligned = data.rechunk(
+        tuple(max(u, (c[0] // u) * u) for u, c in zip(unit, data.chunks, strict=True))
+    )
+    for index in np.ndindex(*aligned.numblocks):
+        block = aligned.blocks[index].compute()
+        starts = [sum(c[:k]) for c, k in zip(aligned.chunks, index, strict=True)]
+        region = tuple(slice(s, s + n) for s, n in zip(starts, block.shape, strict=True))
+        writer.write(region, block, progress=bar)
+
+
+def _progress_bar(progress: bool, plan: ImagePlan, label: str) -> Any:
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    unit = plan.shards or plan.chunks
+    total = sum(
+        math.prod(-(-n // min(c, n)) for n, c in zip(s, unit, strict=True)) for s in plan.shapes
+    )
+    return tqdm(total=total, desc=f"writing {label}", unit="unit")

@@ -1,0 +1,313 @@
+"""Every argument of a write checked, and the metadata it will produce built and validated
+as a reader will read it, before anything touches the disk."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from linumpy_gpu import ngff
+from linumpy_gpu.engine.pyramid import METHODS, pyramid_factors
+from linumpy_gpu.errors import InvalidMetadataError, WriteError
+from linumpy_gpu.ngff import build
+from linumpy_gpu.ngff.model import Channel
+
+SUPPORTED_DTYPES = frozenset(["b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8"])
+ZSTD_LEVELS = range(-131072, 23)
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    """Everything a write needs, derived from the arguments and checked."""
+
+    version: str
+    dtype: np.dtype
+    shapes: list[tuple[int, ...]]
+    factors: list[tuple[int, ...]]
+    chunks: tuple[int, ...]
+    shards: tuple[int, ...] | None
+    axis_names: list[str]
+    codec_kwargs: dict[str, Any]
+    attributes: dict[str, Any]  # the group's final attributes
+    method: str
+
+    @property
+    def zarr_format(self) -> int:
+        return 3 if self.version == "0.5" else 2
+
+
+def plan_image(
+    data: Any,
+    *,
+    axes: Sequence[str] | str | None,
+    units: Sequence[str | None] | None,
+    scale: Sequence[float] | None,
+    translation: Sequence[float] | None,
+    version: str,
+    chunks: Sequence[int] | None,
+    levels: int | Sequence[Sequence[int]],
+    method: str,
+    name: str | None,
+    where: str,
+    channels: Sequence[Channel | dict[str, Any]] | None = None,
+    shards: Sequence[int] | None = None,
+    compressor: str | None = "zstd",
+    compression_level: int = 3,
+    checksum: bool = True,
+    extra_block: dict[str, Any] | None = None,
+) -> ImagePlan:
+    """Check every argument and build the metadata the write will produce (validated as a
+    reader will read it), touching nothing."""
+    if not all(hasattr(data, a) for a in ("shape", "dtype", "ndim")):
+        raise WriteError(f"data must be a numpy, cupy or dask array, got {type(data).__name__}")
+    ndim = int(data.ndim)
+    shape = tuple(int(n) for n in data.shape)
+    try:
+        dtype = np.dtype(data.dtype)
+    except TypeError as exc:
+        raise WriteError(f"dtype {data.dtype!r} is not a numpy dtype") from exc
+    if dtype.str[1:] not in SUPPORTED_DTYPES:
+        raise WriteError(f"dtype {dtype} is not supported; use one of {sorted(SUPPORTED_DTYPES)}")
+    dtype = dtype.newbyteorder("=") if dtype.byteorder not in ("=", "|") else dtype
+    if not 2 <= ndim <= 5:
+        raise WriteError(f"OME-NGFF images have 2 to 5 dimensions, data has {ndim}")
+    if 0 in shape:
+        raise WriteError(f"data of shape {shape} is empty")
+    if version not in ("0.4", "0.5"):
+        raise WriteError(f"version must be '0.4' or '0.5', got {version!r}")
+    if axes is None:
+        axes = "tczyx"[5 - ndim :]
+    if not isinstance(axes, str | Sequence) or not all(isinstance(a, str) for a in axes):
+        raise WriteError(f"axes must be axis names such as 'zyx' or ['z', 'y', 'x'], got {axes!r}")
+    axis_names = list(axes)
+    if len(axis_names) != ndim:
+        raise WriteError(f"{len(axis_names)} axes {axis_names} for {ndim}-D data of shape {shape}")
+    if units is not None and (isinstance(units, str) or len(units) != ndim):
+        raise WriteError(f"units must give one unit (or None) per axis, got {units!r}")
+    axis_objs = build.make_axes(axis_names, units)
+    scale_t = _numbers("scale", scale, ndim, 1.0)
+    if any(s <= 0 for s in scale_t):
+        raise WriteError(f"scale must be positive and finite, got {list(scale_t)}")
+    translation_t = _numbers("translation", translation, ndim, 0.0)
+    if method not in METHODS:
+        raise WriteError(f"method must be one of {METHODS}, got {method!r}")
+    if name is not None and not isinstance(name, str):
+        raise WriteError(f"name must be a string, got {name!r}")
+    factors = _factors(levels, shape, axis_objs)
+    if chunks is None:
+        chunks = _default_chunks(shape)
+    chunks_t = _positive_ints("chunks", chunks, ndim)
+    shards_t = None
+    if shards is not None:
+        if version != "0.5":
+            raise WriteError("shards need zarr v3, i.e. version='0.5'")
+        shards_t = _positive_ints("shards", shards, ndim)
+        if any(s % c for s, c in zip(shards_t, chunks_t, strict=True)):
+            raise WriteError(
+                f"shards {list(shards_t)} must be multiples of chunks {list(chunks_t)}"
+            )
+    chans = _channels(channels, axis_names, shape)
+    codec_kwargs = _codec_kwargs(version, compressor, compression_level, checksum)
+    shapes = _level_shapes(shape, factors)
+    scales, translations = _level_transforms(scale_t, translation_t, factors)
+    block: dict[str, Any] = {
+        "multiscales": [
+            build.multiscales_block(
+                version=version,
+                axes=axis_objs,
+                paths=[str(i) for i in range(len(shapes))],
+                scales=scales,
+                translations=translations,
+                name=name,
+                method=method if len(shapes) > 1 else None,
+            )
+        ]
+    }
+    if chans:
+        block["omero"] = build.omero_block(chans)
+    block.update(extra_block or {})
+    attributes = build.wrap(version, block)
+    try:
+        ome, declared = ngff.ome_block(attributes, 3 if version == "0.5" else 2)
+        ngff.parse_multiscales(ome, declared, where)
+    except InvalidMetadataError as exc:
+        raise WriteError(
+            f"these arguments would write metadata that does not follow NGFF {version}: "
+            f"{exc.field}: expected {exc.expected}"
+        ) from exc
+    return ImagePlan(
+        version=version,
+        dtype=dtype,
+        shapes=shapes,
+        factors=factors,
+        chunks=chunks_t,
+        shards=shards_t,
+        axis_names=[a.name for a in axis_objs],
+        codec_kwargs=codec_kwargs,
+        attributes=attributes,
+        method=method,
+    )
+
+
+def _numbers(label: str, values: Any, ndim: int, default: float) -> tuple[float, ...]:
+    if values is None:
+        return (default,) * ndim
+    if isinstance(values, str) or not isinstance(values, Sequence | np.ndarray):
+        raise WriteError(f"{label} must be {ndim} numbers, got {values!r}")
+    if len(values) != ndim:
+        raise WriteError(f"{label} has {len(values)} values for {ndim}-D data")
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
+            raise WriteError(f"{label} must be {ndim} numbers, got {list(values)}")
+        if not math.isfinite(float(v)):
+            raise WriteError(f"{label} must be finite, got {list(values)}")
+        out.append(float(v))
+    return tuple(out)
+
+
+def _positive_ints(label: str, values: Any, ndim: int) -> tuple[int, ...]:
+    if isinstance(values, str) or not isinstance(values, Sequence | np.ndarray):
+        raise WriteError(f"{label} must be {ndim} positive integers, got {values!r}")
+    if len(values) != ndim:
+        raise WriteError(f"{label} has {len(values)} values for {ndim}-D data")
+    if not all(
+        isinstance(v, int | np.integer) and not isinstance(v, bool) and v > 0 for v in values
+    ):
+        raise WriteError(f"{label} must be positive integers, got {list(values)}")
+    return tuple(int(v) for v in values)
+
+
+def _factors(levels: Any, shape: tuple[int, ...], axes: Sequence[Any]) -> list[tuple[int, ...]]:
+    ndim = len(shape)
+    if isinstance(levels, int | np.integer) and not isinstance(levels, bool):
+        if levels < 1:
+            raise WriteError(f"levels must be >= 1, got {levels}")
+        factors = pyramid_factors(shape, [a.type for a in axes], int(levels))
+        if any(all(f == 1 for f in fs) for fs in factors):
+            most = 1 + sum(1 for fs in factors if any(f > 1 for f in fs))
+            raise WriteError(
+                f"levels={levels}: data of shape {shape} has at most {most} levels before its "
+                "spatial axes are 1 voxel long"
+            )
+        return factors
+    if isinstance(levels, str) or not isinstance(levels, Sequence):
+        raise WriteError(f"levels must be a number or a list of per-level factors, got {levels!r}")
+    out = []
+    for fs in levels:
+        if isinstance(fs, str) or not isinstance(fs, Sequence) or len(fs) != ndim:
+            raise WriteError(f"each level's factors must be {ndim} integers >= 1, got {fs!r}")
+        if not all(
+            isinstance(f, int | np.integer) and not isinstance(f, bool) and f >= 1 for f in fs
+        ):
+            raise WriteError(f"each level's factors must be {ndim} integers >= 1, got {fs!r}")
+        out.append(tuple(int(f) for f in fs))
+    return out
+
+
+def _channels(channels: Any, axes: list[str], shape: tuple[int, ...]) -> list[Channel]:
+    if channels is None:
+        return []
+    if isinstance(channels, str | dict) or not isinstance(channels, Sequence):
+        raise WriteError(f"channels must be a list of Channel or dicts, got {channels!r}")
+    out = []
+    for ch in channels:
+        if isinstance(ch, Channel):
+            out.append(ch)
+            continue
+        if not isinstance(ch, dict):
+            raise WriteError(f"each channel must be a Channel or a dict, got {ch!r}")
+        color = ch.get("color")
+        if color is not None and not (
+            isinstance(color, str) and re.fullmatch(r"[0-9A-Fa-f]{6}", color)
+        ):
+            raise WriteError(f"channel color must be 6 hex digits such as 'FF00FF', got {color!r}")
+        window = ch.get("window")
+        if window is not None and (
+            not isinstance(window, dict)
+            or not all(isinstance(v, int | float) and math.isfinite(v) for v in window.values())
+        ):
+            raise WriteError(f"channel window must be a dict of finite numbers, got {window!r}")
+        label = ch.get("label")
+        if label is not None and not isinstance(label, str):
+            raise WriteError(f"channel label must be a string, got {label!r}")
+        out.append(Channel(label, color.upper() if color else None, window, ch.get("active")))
+    if out and "c" in axes and len(out) != shape[axes.index("c")]:
+        raise WriteError(f"{len(out)} channels for a 'c' axis of length {shape[axes.index('c')]}")
+    return out
+
+
+def _default_chunks(shape: Sequence[int]) -> tuple[int, ...]:
+    """About 1-4 MiB chunks: 128 along the last three axes, 1 along the others."""
+    return tuple(min(n, 128) if i >= len(shape) - 3 else 1 for i, n in enumerate(shape))
+
+
+def _codec_kwargs(version: str, compressor: Any, level: Any, checksum: Any) -> dict[str, Any]:
+    if compressor not in ("zstd", None):
+        raise WriteError(f"compressor must be 'zstd' or None, got {compressor!r}")
+    if compressor is None:
+        return {"compressors": None}
+    if (
+        isinstance(level, bool)
+        or not isinstance(level, int | np.integer)
+        or level not in ZSTD_LEVELS
+    ):
+        raise WriteError(f"compression_level must be an integer from -131072 to 22, got {level!r}")
+    if not isinstance(checksum, bool):
+        raise WriteError(f"checksum must be True or False, got {checksum!r}")
+    if version == "0.5":
+        from zarr.codecs import ZstdCodec
+
+        return {"compressors": [ZstdCodec(level=int(level), checksum=checksum)]}
+    import numcodecs
+
+    return {"compressors": numcodecs.Zstd(level=int(level), checksum=checksum)}
+
+
+def _level_shapes(shape: Sequence[int], factors: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    shapes = [tuple(int(n) for n in shape)]
+    for f in factors:
+        shapes.append(tuple(-(-n // k) for n, k in zip(shapes[-1], f, strict=True)))
+    return shapes
+
+
+def _level_transforms(
+    scale: tuple[float, ...], translation: tuple[float, ...], factors: list[tuple[int, ...]]
+) -> tuple[list[list[float]], list[list[float]]]:
+    scales, translations = [list(scale)], [list(translation)]
+    for f in factors:
+        s, t = scales[-1], translations[-1]
+        # a level's voxel centre sits half a (new) voxel in from the previous level's
+        translations.append([tt + (k - 1) * ss / 2 for tt, k, ss in zip(t, f, s, strict=True)])
+        scales.append([ss * k for ss, k in zip(s, f, strict=True)])
+    return scales, translations
+
+
+def label_colors(colors: Any) -> list[dict[str, Any]]:
+    if colors is None:
+        return []
+    if isinstance(colors, dict):
+        items = [{"label-value": k, "rgba": v} for k, v in colors.items()]
+    elif isinstance(colors, Sequence) and not isinstance(colors, str):
+        items = [dict(c) if isinstance(c, dict) else {"bad": c} for c in colors]
+    else:
+        raise WriteError(f"colors must be a dict {{value: (r, g, b, a)}} or a list, got {colors!r}")
+    for c in items:
+        value = c.get("label-value")
+        if not isinstance(value, int | np.integer) or isinstance(value, bool):
+            raise WriteError(f"label color {c} needs an integer 'label-value'")
+        rgba = c.get("rgba")
+        if rgba is not None and (
+            isinstance(rgba, str)
+            or len(rgba) != 4
+            or not all(isinstance(v, int | np.integer) and 0 <= v <= 255 for v in rgba)
+        ):
+            raise WriteError(f"label color {c} needs rgba as four integers in 0..255")
+        c["rgba"] = [int(v) for v in rgba] if rgba is not None else None
+        c["label-value"] = int(value)
+    return items
