@@ -1,4 +1,9 @@
-"""Build OME-NGFF attribute blocks (0.4 and 0.5) for writing. Pure Python."""
+"""Build OME-NGFF attribute blocks (0.4, 0.5 and 0.6) for writing. Pure Python.
+
+What these build is read back by this package's parsers (the writers check that before
+touching a store) and by other readers: ome-zarr-models validates the 0.4 and 0.5 blocks,
+ngff-zarr reads the 0.6 ones.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,14 @@ from typing import Any
 from .model import Axis, Channel
 
 DEFAULT_AXIS_TYPES = {"t": "time", "c": "channel", "z": "space", "y": "space", "x": "space"}
+WRITABLE_VERSIONS = ("0.4", "0.5", "0.6")
+# The name of the coordinate system that 0.6 levels map into, as the spec's examples call it.
+DEFAULT_COORDINATE_SYSTEM = "physical"
 
 
 def make_axes(names: Sequence[str], units: Sequence[str | None] | None = None) -> list[Axis]:
+    """Axes for ``names`` ('t', 'c', 'z', 'y', 'x' get their NGFF types): ``units`` per axis,
+    space axes without one in micrometers; channel and custom axes carry no unit."""
     units = list(units) if units is not None else [None] * len(names)
     if len(units) != len(names):
         raise ValueError(f"{len(units)} units for {len(names)} axes")
@@ -23,6 +33,14 @@ def make_axes(names: Sequence[str], units: Sequence[str | None] | None = None) -
     return axes
 
 
+def axes_block(axes: Sequence[Axis]) -> list[dict[str, Any]]:
+    """The JSON of ``axes``: name, then type and unit when set."""
+    return [
+        {k: v for k, v in (("name", a.name), ("type", a.type), ("unit", a.unit)) if v is not None}
+        for a in axes
+    ]
+
+
 def multiscales_block(
     *,
     version: str,
@@ -32,26 +50,44 @@ def multiscales_block(
     translations: Sequence[Sequence[float]],
     name: str | None = None,
     method: str | None = None,
+    coordinate_system: str = DEFAULT_COORDINATE_SYSTEM,
 ) -> dict[str, Any]:
+    """One ``multiscales`` entry: a level per path with its scale and translation (left out
+    when all zeros).
+
+    0.4 and 0.5: ``axes`` and, per level, a ``scale`` then a ``translation``. 0.6: one
+    coordinate system named ``coordinate_system`` holding the axes and, per level, one
+    transformation from the level's array into it: a ``scale``, or a ``sequence`` of the
+    scale then the translation.
+    """
+    if version not in WRITABLE_VERSIONS:
+        raise ValueError(f"cannot build NGFF {version!r} metadata; use one of {WRITABLE_VERSIONS}")
     datasets = []
     for path, scale, translation in zip(paths, scales, translations, strict=True):
-        transforms: list[dict[str, Any]] = [{"type": "scale", "scale": [float(s) for s in scale]}]
+        scale_t: dict[str, Any] = {"type": "scale", "scale": [float(s) for s in scale]}
+        translation_t: dict[str, Any] | None = None
         if any(t != 0 for t in translation):
-            transforms.append(
-                {"type": "translation", "translation": [float(t) for t in translation]}
-            )
+            translation_t = {"type": "translation", "translation": [float(t) for t in translation]}
+        if version == "0.6":
+            ends = {"input": {"path": path}, "output": {"name": coordinate_system}}
+            if translation_t is None:
+                transform = {**scale_t, **ends}
+            else:
+                transform = {
+                    "type": "sequence",
+                    **ends,
+                    "transformations": [scale_t, translation_t],
+                }
+            transforms = [transform]
+        else:
+            transforms = [scale_t] if translation_t is None else [scale_t, translation_t]
         datasets.append({"path": path, "coordinateTransformations": transforms})
-    ms: dict[str, Any] = {
-        "axes": [
-            {
-                k: v
-                for k, v in (("name", a.name), ("type", a.type), ("unit", a.unit))
-                if v is not None
-            }
-            for a in axes
-        ],
-        "datasets": datasets,
-    }
+    ms: dict[str, Any] = {}
+    if version == "0.6":
+        ms["coordinateSystems"] = [{"name": coordinate_system, "axes": axes_block(axes)}]
+    else:
+        ms["axes"] = axes_block(axes)
+    ms["datasets"] = datasets
     if name:
         ms["name"] = name
     if method:
@@ -63,6 +99,7 @@ def multiscales_block(
 
 
 def omero_block(channels: Sequence[Channel]) -> dict[str, Any]:
+    """The transitional ``omero`` block for ``channels`` (fields left out when None)."""
     out = []
     for ch in channels:
         entry: dict[str, Any] = {}
@@ -79,7 +116,8 @@ def omero_block(channels: Sequence[Channel]) -> dict[str, Any]:
 
 
 def wrap(version: str, block: dict[str, Any]) -> dict[str, Any]:
-    """Group attributes for ``version``: 0.5 nests under ``ome`` with one ``version``."""
-    if version == "0.5":
-        return {"ome": {"version": "0.5", **block}}
+    """Group attributes for ``version``: from 0.5 on, nested under ``ome`` with one
+    ``version``; 0.4 blocks are the attributes themselves."""
+    if version in ("0.5", "0.6"):
+        return {"ome": {"version": version, **block}}
     return dict(block)

@@ -1,0 +1,108 @@
+"""The legacy versions NGFF 0.1, 0.2 and 0.3 (zarr v2).
+
+0.1 and 0.2 images carry no axes: they are always 5-D, ``t, c, z, y, x``. 0.3 names its
+axes as strings, unique and each one of ``t, c, z, y, x``. Levels have no transformations
+(a ``coordinateTransformations`` list, where a writer added one, is read with the 0.4
+rules), so every level's scale is ones. Display, plate and well blocks are read leniently:
+these versions predate most of the rules of 0.4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import InvalidMetadataError
+from . import _common as c
+from .model import (
+    IMPLICIT_AXES,
+    Axis,
+    Channel,
+    ImageLabelMeta,
+    MultiscaleMeta,
+    PlateMeta,
+    WellMeta,
+)
+from .v04 import compose_level
+
+VERSIONS = ("0.1", "0.2", "0.3")
+AXIS_TYPES = {"t": "time", "c": "channel", "z": "space", "y": "space", "x": "space"}
+
+
+def parse_multiscales(
+    block: Mapping[str, Any], version: str, where: str, index: int = 0
+) -> MultiscaleMeta:
+    """``multiscales[index]`` of a 0.1 / 0.2 / 0.3 image (with ``omero`` and
+    ``image-label``)."""
+    ms, prefix = c.multiscale_entry(block, where, index)
+    axes = parse_axes(ms.get("axes"), version, where, f"{prefix}.axes")
+    ndim = len(axes)
+    levels = []
+    for field, ds, path in c.dataset_entries(ms, where, prefix):
+        scale, translation = c.scale_translation_list(
+            ds.get("coordinateTransformations"),
+            ndim,
+            where,
+            f"{field}.coordinateTransformations",
+            required=False,
+        )
+        levels.append((path, scale, translation))
+    c.check_scales_grow([s for _, s, _ in levels], where, prefix, strict=False)
+    return MultiscaleMeta(
+        version=version,
+        axes=axes,
+        datasets=tuple(compose_level(p, ndim, s, t) for p, s, t in levels),
+        name=c.as_str(ms.get("name")),
+        type=c.as_str(ms.get("type")),
+        metadata=c.method_metadata(ms.get("metadata"), where, f"{prefix}.metadata"),
+        channels=parse_omero(block.get("omero"), where),
+        image_label=parse_image_label(block.get("image-label"), version, where),
+    )
+
+
+def parse_axes(raw: Any, version: str, where: str, field: str) -> tuple[Axis, ...]:
+    """Implicit ``t, c, z, y, x`` when a 0.1 / 0.2 image has no axes; otherwise a list of
+    axis names (or, as some writers of 0.3 did, axis objects)."""
+    if raw is None:
+        if version in ("0.1", "0.2"):
+            return tuple(Axis(n, AXIS_TYPES[n]) for n in IMPLICIT_AXES)
+        raise InvalidMetadataError(where, field, "a list of axes (required since NGFF 0.3)")
+    if not isinstance(raw, list) or not 1 <= len(raw) <= 5:
+        raise InvalidMetadataError(where, field, "a list of 1 to 5 axes", raw)
+    axes = []
+    for i, a in enumerate(raw):
+        if isinstance(a, str):
+            if a not in AXIS_TYPES:
+                raise InvalidMetadataError(
+                    where, f"{field}[{i}]", "one of 't', 'c', 'z', 'y', 'x'", a
+                )
+            axes.append(Axis(a, AXIS_TYPES[a]))
+        else:
+            axes.append(c.parse_axis(a, where, f"{field}[{i}]"))
+    c.check_unique_names(axes, where, field)
+    return tuple(axes)
+
+
+def parse_omero(raw: Any, where: str) -> tuple[Channel, ...]:
+    """The ``omero`` block, every part optional."""
+    return c.parse_omero(raw, where, mode="legacy")
+
+
+def parse_image_label(raw: Any, version: str, where: str) -> ImageLabelMeta | None:
+    """The ``image-label`` block (numeric label values, unique among the colors)."""
+    return c.parse_image_label(raw, version, where, integers=False, non_empty=False)
+
+
+def parse_labels_group(block: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    """The ``labels`` list of a labels group."""
+    return c.parse_labels_group(block, where)
+
+
+def parse_plate(block: Mapping[str, Any], version: str, where: str) -> PlateMeta:
+    """The ``plate`` block: rows, columns and wells whose paths name them."""
+    return c.parse_plate(block, version, where, strict=False)
+
+
+def parse_well(block: Mapping[str, Any], version: str, where: str) -> WellMeta:
+    """The ``well`` block: a non-empty list of fields with string paths."""
+    return c.parse_well(block, version, where, path_rule="any")
