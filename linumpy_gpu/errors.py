@@ -115,6 +115,17 @@ class OutputMismatchError(LinumpyGpuError, ValueError):
     """An ``out=`` array of the wrong shape, dtype, device or memory layout."""
 
 
+class CodecError(LinumpyGpuError, ValueError):
+    """Stored bytes that do not decode to the chunk they should be; the message says why.
+    Raised by the codec functions of :mod:`linumpy_gpu.codecs`; reads report it as a
+    :class:`ChunkDecodeError` naming the chunk."""
+
+
+class UnresolvedParametersError(InvalidArgumentError):
+    """A transformation's parameters live in a zarr array (its ``path``) that has not been
+    loaded; ``linumpy_gpu.ngff.resolve_parameters`` loads them."""
+
+
 class ChunkDecodeError(LinumpyGpuError, ValueError):
     """A stored chunk could not be decoded: damaged, truncated, of the wrong size, or not a
     regular file.
@@ -207,6 +218,7 @@ def _short_repr(value: object, limit: int = 120) -> str:
 __all__ = [
     "ChunkDecodeError",
     "ChunkWriteError",
+    "CodecError",
     "ConfigError",
     "DamagedChunkWarning",
     "DeviceFallbackWarning",
@@ -230,6 +242,7 @@ __all__ = [
     "StoreExistsError",
     "StoreNotFoundError",
     "StorePermissionError",
+    "UnresolvedParametersError",
     "UnsupportedWriteError",
     "WriteError",
     "warn",

@@ -12,7 +12,7 @@ import zarr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from linumpy_gpu import InvalidArgumentError, InvalidMetadataError, MetadataWarning
+from linumpy_gpu import InvalidArgumentError, InvalidMetadataError, MetadataWarning, ngff
 from linumpy_gpu.ngff import (
     Affine,
     Axis,
@@ -573,7 +573,7 @@ def test_scene_images_in_the_scene_coordinate_system():
     assert scene.coordinate_systems[0].name == "world"
     assert scene.reference == CoordinateSystemRef("world")
     assert scene.image_paths == ("tile_1", "overview", "tile_2", "tile_3")
-    images = {im.path: im for im in scene.images()}
+    images = {im.path: im for im in ngff.scene_images(scene)}
     assert images["tile_1"] == SceneImage("tile_1", "physical", scene.transformations[0])
     # Reached through the inverse of the scale from the scene to it.
     overview = images["overview"].transform
@@ -589,7 +589,8 @@ def test_scene_images_in_the_scene_coordinate_system():
     # Coordinate fields have no inverse: tile_3 cannot be brought into the scene.
     assert images["tile_3"].transform is None
     into_tile_1 = {
-        im.path: im.transform for im in scene.images(CoordinateSystemRef("physical", "tile_1"))
+        im.path: im.transform
+        for im in ngff.scene_images(scene, CoordinateSystemRef("physical", "tile_1"))
     }
     assert isinstance(into_tile_1["tile_1"], Identity)
 

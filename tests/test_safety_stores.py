@@ -176,7 +176,7 @@ def test_a_handle_to_a_replaced_store_refuses_to_read_stale_levels(store):
 def test_killed_write_leaves_the_old_store_and_the_next_write_cleans_up(store, tmp_path):
     script = (
         "import numpy as np, linumpy_gpu as lg, sys\n"
-        "data = np.random.default_rng(0).integers(0, 60000, (192, 256, 256)).astype('u2')\n"
+        "data = np.random.default_rng(0).integers(0, 60000, (384, 256, 256)).astype('u2')\n"
         "print('start', flush=True)\n"
         f"lg.write_ome_zarr({str(store)!r}, data, chunks=(8, 32, 32), levels=3, overwrite=True,"
         " device='cpu')\n"
@@ -185,10 +185,14 @@ def test_killed_write_leaves_the_old_store_and_the_next_write_cleans_up(store, t
     before = snapshot(store)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "start"
-    while proc.poll() is None and not any(
-        p.name.endswith("linumpy-gpu-partial") and any(p.rglob("c/*/*/*"))
-        for p in tmp_path.iterdir()
-    ):
+    def writing() -> bool:
+        """Whether the writer has begun writing chunks into its staging folder."""
+        for p in tmp_path.iterdir():
+            if p.name.endswith("linumpy-gpu-partial") and (p / "0" / "c").is_dir():
+                return True
+        return False
+
+    while proc.poll() is None and not writing():
         pass
     proc.kill()
     proc.wait()

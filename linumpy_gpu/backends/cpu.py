@@ -11,9 +11,8 @@ import numpy as np
 
 from linumpy_gpu.backends.base import Backend, EncodedChunk
 from linumpy_gpu.codecs import decode_chain
-from linumpy_gpu.codecs.errors import CodecError
 from linumpy_gpu.core.assemble import chunk_array, place
-from linumpy_gpu.errors import ChunkDecodeError, OutputMismatchError
+from linumpy_gpu.errors import ChunkDecodeError, CodecError, OutputMismatchError
 
 
 class CpuBackend(Backend):

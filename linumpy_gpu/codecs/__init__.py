@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from linumpy_gpu.codecs import blosc, crc32c, deflate, lz4, zstd
-from linumpy_gpu.codecs.errors import CodecError
+from linumpy_gpu.errors import CodecError
 
 __all__ = [
     "ByteCodec",
@@ -84,7 +84,8 @@ def decode_chain(data: Any, codecs: Sequence[ByteCodec], nbytes: int) -> memoryv
 
 def _as_bytes_view(buf: Any) -> memoryview:
     if isinstance(buf, np.ndarray):
-        return memoryview(np.ascontiguousarray(buf).view(np.uint8).reshape(-1))
+        flat: Any = np.ascontiguousarray(buf).view(np.uint8).reshape(-1)
+        return memoryview(flat)
     return memoryview(buf).cast("B")
 
 

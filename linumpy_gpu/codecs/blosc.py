@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from linumpy_gpu.codecs.errors import CodecError
+from linumpy_gpu.errors import CodecError
 
 HEADER_BYTES = 16
 _SHUFFLE_NAMES = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle", -1: "auto"}
@@ -58,5 +58,5 @@ def config_of_numcodecs(config: dict[str, Any]) -> dict[str, Any]:
     return {
         "cname": config.get("cname"),
         "clevel": config.get("clevel"),
-        "shuffle": _SHUFFLE_NAMES.get(shuffle, shuffle),
+        "shuffle": _SHUFFLE_NAMES.get(shuffle, shuffle) if isinstance(shuffle, int) else shuffle,
     }

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from linumpy_gpu.codecs.errors import CodecError
+from linumpy_gpu.errors import CodecError
 
 
 def strip(data: Any) -> memoryview:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from linumpy_gpu.codecs.errors import CodecError
+from linumpy_gpu.errors import CodecError
 
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
 

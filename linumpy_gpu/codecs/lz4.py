@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from linumpy_gpu.codecs.errors import CodecError
+from linumpy_gpu.errors import CodecError
 
 
 def declared_size(data: Any) -> int | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from linumpy_gpu.codecs.errors import CodecError
+from linumpy_gpu.errors import CodecError
 
 MAGIC = b"\x28\xb5\x2f\xfd"
 BLOCK_MAX = 128 << 10

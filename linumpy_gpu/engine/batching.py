@@ -115,6 +115,7 @@ def plan_batches(
             return scratch_pieces(m, n_direct)
 
         def free_from(m: int, i: int = i) -> int:
+            assert geometry is not None
             return align(int(geometry.written_end[i + m - 1]))
 
         def tail(m: int) -> list[int]:
@@ -125,6 +126,7 @@ def plan_batches(
             there and move."""
             if geometry is None or movable_slots is None or len(p) <= movable_slots:
                 return None  # (fewer pieces: e.g. a batch decoded on host cores alone)
+            assert direct_prefix is not None
             if direct_prefix[i + m] != direct_prefix[i]:
                 return None
             start = align(int(geometry.written_end[i - 1])) if i else 0
@@ -142,7 +144,7 @@ def plan_batches(
             if fits(p, rooms):
                 return True, None
             own = own_span(m, p)
-            if own is None:
+            if own is None or movable_slots is None:
                 return False, None
             p[movable_slots] = 0
             return fits(p, rooms), own
@@ -156,14 +158,14 @@ def plan_batches(
         m_tail = _largest(limit, fits_tail)
         m = max(m_tail, _largest(limit, fits_with_spare), 1)
         wants_spare = bool(budget) and m > m_tail
-        direct = [None] * m
+        direct: list[int | None] = [None] * m
         scratch = None
         own = None
         if geometry is not None:
             direct = [int(d) if d >= 0 else None for d in geometry.direct[i : i + m]]
             if free_from(m) < geometry.nbytes:
                 scratch = (free_from(m), geometry.nbytes)
-            rooms = tail(m) + ([budget] if wants_spare else [])
+            rooms = tail(m) + ([budget] if wants_spare and budget is not None else [])
             ok, own = fitting(m, rooms)
             if not ok:
                 own = None  # a batch of one that fits nowhere: the decoder allocates

@@ -27,7 +27,6 @@ from linumpy_gpu.core.selection import Selection, normalize_selection
 from linumpy_gpu.engine.batching import Placement, output_geometry, plan_batches
 from linumpy_gpu.engine.read_ahead import ReadAhead
 from linumpy_gpu.engine.sharding import (
-    ShardIndexError,
     index_request_args,
     inner_chunks,
     inner_entries,
@@ -35,6 +34,7 @@ from linumpy_gpu.engine.sharding import (
 )
 from linumpy_gpu.errors import (
     ChunkDecodeError,
+    CodecError,
     DamagedChunkWarning,
     InvalidArgumentError,
     LinumpyGpuError,
@@ -337,7 +337,8 @@ class ChunkedArrayReader:
         self, tasks: ChunkPlan, geometry: Any, out_nbytes: int, whole_level: bool
     ) -> Iterator[tuple[ChunkPlan, Placement | None]]:
         fmt = self.layout.chunk
-        per_chunk = fmt.nbytes if fmt else 1
+        assert fmt is not None, "only arrays the engine decodes are read in batches"
+        per_chunk = fmt.nbytes
         if self._decoded_total:  # a read's first batch, often its largest
             self._stored_fraction = self._clamped(self._stored_total / self._decoded_total)
         by_decoded = max(1, self._batch_bytes(len(tasks) * per_chunk) // max(1, per_chunk))
@@ -445,7 +446,7 @@ class ChunkedArrayReader:
             hint = int(layout.chunk.nbytes * self._stored_fraction) if layout.chunk else None
             data = self.source.fetch([ByteRequest(k) for k in keys], allocate, hint)
             return keys, data
-        chunks = inner_chunks(tasks.coords, layout.shard_index)
+        chunks = inner_chunks(tasks.coords, layout.shard_index)  # narrowed above
         n_shards = len(chunks.shards)
         keys: list[str] = [""] * len(tasks)
         data: list[memoryview | None] = [None] * len(tasks)
@@ -514,6 +515,7 @@ class ChunkedArrayReader:
         through ``pins``, the shards' open handles, and cached while a shard is unchanged;
         without pins, the cached indexes as they are: for hints only)."""
         fmt = self.layout.shard_index
+        assert fmt is not None, "only sharded arrays have shard indexes"
         chunks = inner_chunks(coords, fmt)
         shard_keys = [
             self._prefix + self.layout.storage_key(tuple(c)) for c in chunks.shards.tolist()
@@ -570,6 +572,7 @@ class ChunkedArrayReader:
         source that cannot hold files open versions nothing, and its indexes are trusted
         for one read."""
         fmt = self.layout.shard_index
+        assert fmt is not None, "only sharded arrays have shard indexes"
         holds_files = hasattr(self.source, "pinned")
         found: dict[str, tuple[Hashable, np.ndarray | None]] = {}
         tokens: dict[str, Hashable] = {}
@@ -598,7 +601,7 @@ class ChunkedArrayReader:
             for k, blob in zip(missing, blobs, strict=True):
                 try:
                     found[k] = (tokens[k], parse_index(blob, fmt))
-                except ShardIndexError as exc:
+                except CodecError as exc:
                     raise ChunkDecodeError(self.name, k, str(exc)) from exc
             with self._lock:
                 for k in missing:
@@ -614,6 +617,8 @@ class ChunkedArrayReader:
         chunk (one for a plain read, several when :meth:`read_regions` shares chunks
         between regions)."""
         layout = self.layout
+        fmt = layout.chunk
+        assert fmt is not None, "only arrays the engine decodes are read in batches"
         present = [i for i, d in enumerate(fetched.data) if d is not None]
         profile = fetched.profile if fetched.profile is not None else _new_profile()
         t0 = time.perf_counter()
@@ -633,8 +638,8 @@ class ChunkedArrayReader:
             if placement is not None:
                 profile["host_chunks"] = profile.get("host_chunks", 0) + placement.host
             decoded = self.backend.decode(
-                [(fetched.keys[i], fetched.data[i]) for i in present],
-                layout.chunk,
+                [(fetched.keys[i], data) for i in present if (data := fetched.data[i]) is not None],
+                fmt,
                 self.name,
                 staging=fetched.staging,
                 placement=placement,
@@ -658,7 +663,7 @@ class ChunkedArrayReader:
         profile["decode"] += t1 - t0
         if rows:
             for work, tasks, chunk_raws in targets.groups(fetched.tasks, rows, raws):
-                self.backend.place_all(work, tasks, chunk_raws, layout.chunk, layout.dtype)
+                self.backend.place_all(work, tasks, chunk_raws, fmt, layout.dtype)
         profile["place"] += time.perf_counter() - t1
         for i, d in enumerate(fetched.data):
             if d is None:

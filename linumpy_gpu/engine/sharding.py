@@ -8,14 +8,10 @@ from typing import NamedTuple
 import numpy as np
 
 from linumpy_gpu.codecs import crc32c
-from linumpy_gpu.codecs.errors import CodecError
 from linumpy_gpu.core.layout import ShardIndexFormat
+from linumpy_gpu.errors import CodecError
 
 MISSING = np.uint64(2**64 - 1)
-
-
-class ShardIndexError(ValueError):
-    pass
 
 
 def parse_index(data: memoryview | None, fmt: ShardIndexFormat) -> np.ndarray | None:
@@ -23,12 +19,12 @@ def parse_index(data: memoryview | None, fmt: ShardIndexFormat) -> np.ndarray | 
     if data is None:
         return None
     if len(data) != fmt.nbytes:
-        raise ShardIndexError(f"shard index is {len(data)} bytes, expected {fmt.nbytes}")
+        raise CodecError(f"shard index is {len(data)} bytes, expected {fmt.nbytes}")
     if fmt.crc32c:
         try:
             data = crc32c.strip(data)
         except CodecError as exc:
-            raise ShardIndexError(f"shard index {exc}") from None
+            raise CodecError(f"shard index {exc}") from None
     dtype = np.dtype("<u8" if fmt.little_endian else ">u8")
     return np.frombuffer(data, dtype=dtype).astype(np.uint64).reshape(fmt.inner_per_shard + (2,))
 

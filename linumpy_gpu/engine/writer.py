@@ -137,8 +137,10 @@ class ChunkedArrayWriter:
         grid = tuple(-(-n // u) for n, u in zip(self.layout.shape, unit, strict=True))
         ranges = [range(a // u, -(-b // u)) for a, b, u in zip(lo, hi, unit, strict=True)]
         coords = np.array(list(itertools.product(*ranges)), dtype=np.int64).reshape(-1, len(grid))
-        linear = np.ravel_multi_index(tuple(coords.T), grid) if len(coords) else []
-        return self._locks.hold(int(u) for u in linear)
+        if not len(coords):
+            return contextlib.nullcontext()
+        linear = np.ravel_multi_index(tuple(coords.T), grid)
+        return self._locks.hold(int(u) for u in np.atleast_1d(linear))
 
     # -- stages ---------------------------------------------------------------------------
 
@@ -170,12 +172,13 @@ class ChunkedArrayWriter:
 
     def _encode_units(
         self, data: Any, origin: list[int], units: list[tuple[int, ...]]
-    ) -> list[bytes]:
+    ) -> list[bytes | None]:
         layout = self.layout
         chunk = layout.chunk_shape
         if layout.shard_shape is None:
             regions = [self._region(u, chunk, origin) for u in units]
             return self._encode_chunks(data, regions)
+        assert layout.shard_index is not None  # sharded: the index format is known
         per = layout.shard_index.inner_per_shard
         inner_regions, owners = [], []
         for k, shard in enumerate(units):
@@ -185,7 +188,7 @@ class ChunkedArrayWriter:
                 inner_regions.append(region)
                 owners.append(k)
         frames = self._encode_chunks(data, inner_regions)
-        shards = []
+        shards: list[bytes | None] = []
         n_inner = math.prod(per)
         for k in range(len(units)):
             parts = frames[k * n_inner : (k + 1) * n_inner]
@@ -211,6 +214,7 @@ class ChunkedArrayWriter:
         packed, stride = self.backend.gather_chunks(
             data, [regions[i] for i in present], layout.chunk_shape, layout.fill_value
         )
+        assert layout.chunk is not None  # checked when the writer was made
         nbytes = layout.chunk.nbytes
         zstd = None if self.level is None else (self.level, self.checksum)
         frames = self.backend.encode_chunks(packed, nbytes, len(present), stride, zstd)
@@ -219,11 +223,13 @@ class ChunkedArrayWriter:
             out[i] = f
         return out
 
-    def _put_all(self, keys: list[str], blobs: list[bytes]) -> None:
-        done = []
+    def _put_all(self, keys: list[str], blobs: list[bytes | None]) -> None:
+        done: list[str] = []
 
-        def put(item):
+        def put(item: tuple[str, bytes | None]) -> None:
             key, blob = item
+            if blob is None:  # a unit wholly outside the array: nothing to store
+                return
             try:
                 self._put(key, blob)
             except OSError as exc:
@@ -298,7 +304,7 @@ def check_castable(block: Any, dtype: np.dtype, name: str) -> None:
         return
     if src.kind == "f" and dtype.kind == "f":
         return  # a narrower float: rounding, as numpy's assignment does
-    if src.kind in "biu" and dtype.kind in "iu" and getattr(block, "size", 1):
+    if src.kind in "biu" and dtype.kind in "iu" and bool(getattr(block, "size", 1)):
         info = np.iinfo(dtype)
         low, high = int(block.min()), int(block.max())
         if info.min <= low and high <= info.max:

@@ -15,10 +15,9 @@ from linumpy_gpu import config
 from linumpy_gpu.backends.base import PLACED, Backend, BatchMemory, EncodedChunk
 from linumpy_gpu.backends.cpu import CpuBackend
 from linumpy_gpu.codecs import crc32c
-from linumpy_gpu.codecs.errors import CodecError
 from linumpy_gpu.config import Settings
 from linumpy_gpu.core.layout import ChunkFormat
-from linumpy_gpu.errors import ChunkDecodeError, DeviceMemoryError, OutputMismatchError
+from linumpy_gpu.errors import ChunkDecodeError, CodecError, DeviceMemoryError, OutputMismatchError
 from linumpy_gpu.gpu.copy_jobs import (
     SHAPE,
     in_units,
@@ -116,7 +115,9 @@ class GpuBackend(Backend, BatchMemory):
             region_scratch = min(REGION_SCRATCH_MAX, int(self.device.mem_info[1]) // 16)
         self.region_scratch = int(region_scratch)
         self._cpu = CpuBackend()
-        self._host = host_decoder(self.device.id, self.host_threads) if self.host_threads else None
+        self._host: Any = (
+            host_decoder(self.device.id, self.host_threads) if self.host_threads else None
+        )
 
     def empty(self, shape, dtype):
         with self.device:
@@ -392,10 +393,10 @@ class GpuBackend(Backend, BatchMemory):
         split = int(np.searchsorted(np.asarray(positions, dtype=np.int64), len(chunks) - host))
         decoding = self._host.decoding() if self._host is not None else contextlib.nullcontext()
         with decoding as turn:
-            on_host = self._submit_host(
+            on_host: Any = self._submit_host(
                 frames[split:], fmt.nbytes, targets[split:], workspace, staging
             )
-            batch = None
+            batch: Any = None
             try:
                 if split:
                     t0 = time.perf_counter()

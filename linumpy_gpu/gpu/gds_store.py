@@ -15,12 +15,15 @@ import asyncio
 import os
 import uuid
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
+
+from linumpy_gpu.errors import StorePermissionError
 
 
 def gds_mode() -> str:
@@ -58,14 +61,14 @@ class GDSStore(LocalStore):
     """A :class:`zarr.storage.LocalStore` whose reads and writes go through kvikio."""
 
     def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False):
-        super().__init__(root, read_only=read_only)
+        super().__init__(os.fspath(root), read_only=read_only)
         self.mode = gds_mode()
 
     def __repr__(self) -> str:
         return f"GDSStore('{self.root}', mode={self.mode!r})"
 
-    def _path(self, key: str) -> os.PathLike[str]:
-        return self.root / key
+    def _path(self, key: str) -> Path:
+        return Path(self.root) / key
 
     def get_sync(self, key: str, *, prototype: Any = None, byte_range: Any = None) -> Any:
         import kvikio
@@ -106,7 +109,7 @@ class GDSStore(LocalStore):
         import kvikio
 
         if self.read_only:
-            raise ValueError("store was opened read-only")
+            raise StorePermissionError(f"'{self.root}' was opened read-only")
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")

@@ -92,8 +92,9 @@ class DecodeTurn:
 
 class _WorkerState(threading.local):
     stream: Any = None
-    buffers: list[GrowingHostBuffer] | None = None
-    events: list[Any] | None = None
+    # set together on a worker's first unit: two host buffers and their copies' events
+    buffers: Any = None
+    events: Any = None
     turn = 0
 
 
@@ -217,6 +218,7 @@ class HostDecoder:
     ) -> HostUnits:
         """Decode ``frames`` on the pool; frame i's ``nbytes`` go to device address
         ``dests[i]`` once the GPU work recorded in event ``after`` is done."""
+        assert self._pool is not None, "a decoder of 0 threads decodes nothing"
         started = time.perf_counter()
         stride = -(-nbytes // 256) * 256
         per_unit = _chunks_per_unit(len(frames), nbytes, self.threads)

@@ -117,10 +117,10 @@ class NvcompZstdCodec(ZstdCodec):
         return await asyncio.to_thread(self._encode_batch, items)
 
     async def _decode_single(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
-        return (await self.decode([(chunk_bytes, chunk_spec)]))[0]
+        return (await asyncio.to_thread(self._decode_batch, [(chunk_bytes, chunk_spec)]))[0]
 
     async def _encode_single(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
-        return (await self.encode([(chunk_bytes, chunk_spec)]))[0]
+        return (await asyncio.to_thread(self._encode_batch, [(chunk_bytes, chunk_spec)]))[0]
 
     def _decode_sync(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
         return self._decode_batch([(chunk_bytes, chunk_spec)])[0]

@@ -215,7 +215,7 @@ class Labels(Mapping[str, MultiscaleImage]):
     def __init__(self, image: MultiscaleImage):
         self._image = image
         self._opened: dict[str, MultiscaleImage] = {}
-        self._group = None
+        self._group: Any = None
         self.names: tuple[str, ...] = ()
         try:
             group = image.group["labels"]

@@ -94,7 +94,7 @@ def _open_group(path: Any, mode: str, storage_options: dict[str, Any] | None) ->
         )
     location = locate(path, mode=mode, storage_options=storage_options)
     with translated_errors(location.where, metadata=True):
-        group = zarr.open_group(store=location.store, mode=mode)
+        group = zarr.open_group(store=location.store, mode="r+" if mode == "r+" else "r")
     return group, location.where
 
 

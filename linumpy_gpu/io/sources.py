@@ -352,22 +352,22 @@ class LocalFileSource:
                         continue
                     fd, size = opened[0], opened[1].st_size
                     fds.append(fd)
-                spans = {}
+                span_of: dict[int, tuple[int, int]] = {}
                 for i in members:
                     r = requests[i]
                     start = min(r.offset, size)
-                    spans[i] = (start, max(start, min(size, r.offset + (r.length or 0))))
-                order = sorted(members, key=lambda i: spans[i][0])
+                    span_of[i] = (start, max(start, min(size, r.offset + (r.length or 0))))
+                order: list[int | None] = [*sorted(members, key=lambda i: span_of[i][0]), None]
                 run: list[int] = []
-                for i in order + [None]:
-                    if run and (i is None or spans[i][0] != spans[run[-1]][1]):
-                        start, end = spans[run[0]][0], spans[run[-1]][1]
+                for i in order:
+                    if run and (i is None or span_of[i][0] != span_of[run[-1]][1]):
+                        start, end = span_of[run[0]][0], span_of[run[-1]][1]
                         view = (
                             allocate(end - start) if allocate is not None and end > start else None
                         )
                         if view is None:
                             view = memoryview(bytearray(end - start))
-                        runs.append((fd, start, end - start, view, run, [spans[k] for k in run]))
+                        runs.append((fd, start, end - start, view, run, [span_of[k] for k in run]))
                         run = []
                     if i is not None:
                         run.append(i)
@@ -391,7 +391,7 @@ class LocalFileSource:
                 return done
 
             ends = list(self.pool(threads).map(read, pieces)) if pieces else []
-            short = {}
+            short: dict[int, int] = {}
             for (k, _start, b), done in zip(pieces, ends, strict=True):
                 if done < b:  # the file ended early: bytes from here on were not read
                     short[k] = min(short.get(k, done), done)
@@ -422,7 +422,7 @@ def _long_runs(requests: Sequence[ByteRequest]) -> bool:
     """True for ranged requests (a shard's inner chunks) worth reading in pieces."""
     if not requests or any(r.length is None or r.suffix is not None for r in requests):
         return False
-    return sum(r.length for r in requests) > 2 * PIECE_BYTES
+    return sum(r.length or 0 for r in requests) > 2 * PIECE_BYTES
 
 
 class ZarrStoreSource:
@@ -455,6 +455,7 @@ class ZarrStoreSource:
         limit = asyncio.Semaphore(self.concurrency)
 
         async def one(r: ByteRequest) -> memoryview | None:
+            rng: SuffixByteRequest | RangeByteRequest | OffsetByteRequest | None
             if r.suffix is not None:
                 rng = SuffixByteRequest(r.suffix)
             elif r.length is not None:
@@ -537,7 +538,9 @@ def merge_ranges(
     ends = (offsets + lengths)[order].tolist()
     limit = max_length if max_length is not None else float("inf")
     of_sorted = [0] * n
-    run_key, run_start, run_stop = [], [], []
+    run_key: list[int] = []
+    run_start: list[int] = []
+    run_stop: list[int] = []
     cur_key, cur_start, cur_end = None, 0, 0
     for j, (key, start, end) in enumerate(zip(keys, starts, ends, strict=True)):
         grown = max(cur_end, end)

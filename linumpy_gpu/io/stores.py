@@ -100,7 +100,11 @@ def locate(
 
     if isinstance(path, Store):
         root = getattr(path, "root", None)
-        local = os.fspath(root) if type(path).__name__ in ("LocalStore", "GDSStore") else None
+        local = (
+            os.fspath(root)
+            if root is not None and type(path).__name__ in ("LocalStore", "GDSStore")
+            else None
+        )
         return StoreLocation(path, str(path), local)
     raise InvalidArgumentError(
         f"expected a path, a URL or a zarr store, got {type(path).__module__}.{type(path).__name__}"

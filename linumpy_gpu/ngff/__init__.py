@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InvalidMetadataError, MetadataWarning, warn
-from . import _common, v03, v04, v05, v06
-from ._common import (
+from linumpy_gpu.errors import InvalidMetadataError, MetadataWarning, warn
+from linumpy_gpu.ngff import _common, v03, v04, v05, v06
+from linumpy_gpu.ngff._common import (
     SUPPORTED_VERSIONS,
     kind_of,
     ome_block,
@@ -22,7 +22,7 @@ from ._common import (
     require_ome,
     spec_version,
 )
-from .model import (
+from linumpy_gpu.ngff.model import (
     Acquisition,
     Affine,
     Axis,
@@ -53,14 +53,15 @@ from .model import (
     WellMeta,
     WellRef,
 )
-from .transforms import (
+from linumpy_gpu.ngff.transforms import (
     UnresolvedParametersError,
     affine_parts,
     inverse,
     resolve_parameters,
+    scene_images,
     to_matrix,
 )
-from .validate import validate_with_ome_zarr_models
+from linumpy_gpu.ngff.validate import validate_with_ome_zarr_models
 
 
 def parse_multiscales(
@@ -173,6 +174,7 @@ def _layout_version(entry: Mapping[str, Any]) -> str:
 
 
 __all__ = [
+    "scene_images",
     "SUPPORTED_VERSIONS",
     "Acquisition",
     "Affine",

@@ -14,8 +14,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidMetadataError, MetadataWarning, NotOmeZarrError, warn
-from .model import (
+from linumpy_gpu.errors import InvalidMetadataError, MetadataWarning, NotOmeZarrError, warn
+from linumpy_gpu.ngff.model import (
     SPACE_UNITS,
     TIME_UNITS,
     Acquisition,

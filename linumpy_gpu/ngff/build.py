@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .model import Axis, Channel
+from linumpy_gpu.ngff.model import Axis, Channel
 
 DEFAULT_AXIS_TYPES = {"t": "time", "c": "channel", "z": "space", "y": "space", "x": "space"}
 WRITABLE_VERSIONS = ("0.4", "0.5", "0.6")

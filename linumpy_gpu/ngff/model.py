@@ -381,14 +381,6 @@ class Scene:
                     seen.setdefault(ref.path)
         return tuple(seen)
 
-    def images(self, target: CoordinateSystemRef | None = None) -> tuple[SceneImage, ...]:
-        """Every image coordinate system the scene refers to, each with the transformation
-        that maps it into ``target`` (default :attr:`reference`), composed along the
-        transformations of the scene and the inverses of those that have one."""
-        from .transforms import scene_images
-
-        return scene_images(self, target)
-
 
 # -- high-content screening -----------------------------------------------------------------
 

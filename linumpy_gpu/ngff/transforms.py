@@ -18,8 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, InvalidMetadataError
-from .model import (
+from linumpy_gpu.errors import (
+    InvalidArgumentError,
+    InvalidMetadataError,
+    UnresolvedParametersError,
+)
+from linumpy_gpu.ngff.model import (
     Affine,
     Bijection,
     ByDimension,
@@ -42,11 +46,6 @@ from .model import (
 # Tolerance for the checks of a rotation matrix and of orthogonal columns: float32 matrices
 # stored in arrays are orthonormal to about 1e-7.
 ORTHO_TOLERANCE = 1e-6
-
-
-class UnresolvedParametersError(InvalidArgumentError):
-    """A transformation's parameters live in a zarr array (``path``) that has not been
-    loaded; :func:`resolve_parameters` loads them."""
 
 
 class _DimensionMismatch(Exception):
@@ -223,7 +222,9 @@ def inverse(transformation: Transformation) -> Transformation | None:
 
 
 def scene_images(scene: Scene, target: CoordinateSystemRef | None = None) -> tuple[SceneImage, ...]:
-    """See :meth:`Scene.images`."""
+    """Every image coordinate system ``scene`` refers to, each with the transformation
+    that maps it into ``target`` (default the scene's reference system), composed along the
+    scene's transformations and the inverses of those that have one."""
     target = target or scene.reference
     if target is None:
         return ()

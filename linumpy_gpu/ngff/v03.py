@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InvalidMetadataError
-from . import _common as c
-from .model import (
+from linumpy_gpu.errors import InvalidMetadataError
+from linumpy_gpu.ngff import _common as c
+from linumpy_gpu.ngff.model import (
     IMPLICIT_AXES,
     Axis,
     Channel,
@@ -23,7 +23,7 @@ from .model import (
     PlateMeta,
     WellMeta,
 )
-from .v04 import compose_level
+from linumpy_gpu.ngff.v04 import compose_level
 
 VERSIONS = ("0.1", "0.2", "0.3")
 AXIS_TYPES = {"t": "time", "c": "channel", "z": "space", "y": "space", "x": "space"}

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import InvalidMetadataError
-from . import _common as c
-from .model import (
+from linumpy_gpu.errors import InvalidMetadataError
+from linumpy_gpu.ngff import _common as c
+from linumpy_gpu.ngff.model import (
     Axis,
     Channel,
     CoordinateSystemRef,

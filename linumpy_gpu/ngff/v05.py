@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import v04
-from .model import Channel, ImageLabelMeta, MultiscaleMeta, PlateMeta, WellMeta
+from linumpy_gpu.ngff import v04
+from linumpy_gpu.ngff.model import Channel, ImageLabelMeta, MultiscaleMeta, PlateMeta, WellMeta
 
 VERSION = "0.5"
 

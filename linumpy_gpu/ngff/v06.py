@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidMetadataError, MetadataWarning, warn
-from . import _common as c
-from .model import (
+from linumpy_gpu.errors import InvalidMetadataError, MetadataWarning, warn
+from linumpy_gpu.ngff import _common as c
+from linumpy_gpu.ngff.model import (
     Affine,
     Bijection,
     ByDimension,
@@ -49,7 +49,7 @@ from .model import (
     Translation,
     WellMeta,
 )
-from .transforms import affine_parts, is_rotation
+from linumpy_gpu.ngff.transforms import affine_parts, is_rotation
 
 VERSION = "0.6"
 TYPES = (

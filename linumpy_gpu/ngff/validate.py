@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._common import kind_of, ome_block, release_of
+from linumpy_gpu.ngff._common import kind_of, ome_block, release_of
 
 # (version, kind) -> module and class of the attributes model for that block.
 _MODELS = {

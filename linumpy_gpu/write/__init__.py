@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import zarr
@@ -181,7 +181,7 @@ def write_labels(
     if not isinstance(overwrite, bool):
         raise InvalidArgumentError(f"overwrite must be True or False, got {overwrite!r}")
     backend = _backend_for(data, device)
-    zarr_format = 3 if parent.version == "0.5" else 2
+    zarr_format: Literal[2, 3] = 3 if parent.version == "0.5" else 2
     store, prefix = parent.group.store, parent.group.path
     labels_path = f"{prefix}/labels" if prefix else "labels"
     root = getattr(store, "root", None)

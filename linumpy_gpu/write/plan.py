@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -37,7 +37,7 @@ class ImagePlan:
     method: str
 
     @property
-    def zarr_format(self) -> int:
+    def zarr_format(self) -> Literal[2, 3]:
         return 3 if self.version == "0.5" else 2
 
 

@@ -8,6 +8,8 @@ import importlib.util
 import os
 from functools import lru_cache
 
+from linumpy_gpu.errors import NvcompError
+
 
 @lru_cache(maxsize=1)
 def find_libnvcomp() -> str:
@@ -79,10 +81,6 @@ class Alignments(ctypes.Structure):
 
 class Properties(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("cudart_version", ctypes.c_uint32)]
-
-
-class NvcompError(RuntimeError):
-    pass
 
 
 class ZstdApi:

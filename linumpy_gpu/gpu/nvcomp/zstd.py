@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from linumpy_gpu.codecs import zstd as zstd_cpu
-from linumpy_gpu.codecs.errors import CodecError
 from linumpy_gpu.core.placement import SLOT_ALIGN, best_fit
+from linumpy_gpu.errors import CodecError, NvcompError
 from linumpy_gpu.gpu.kernels import FRAME_STATUS, kernel
 from linumpy_gpu.gpu.nvcomp.lib import zstd_api
 from linumpy_gpu.gpu.pinned import GrowingHostBuffer
@@ -297,7 +297,7 @@ class ZstdBatchCodec:
         batch = DecodedBatch(ptrs, nbytes, owners=[comp])
         slot_bytes = int(need_slot.size) * stride
         moving = slot_region is not None and 0 < slot_bytes <= slot_region[1]
-        if moving:
+        if slot_region is not None and moving:
             slots = device_view(slot_region[0], slot_bytes, slot_region[2])
         elif slot_bytes:
             slots = workspace.take(slot_bytes)  # current stream: placed there
@@ -466,7 +466,7 @@ class ZstdBatchCodec:
         status_h = statuses.get(stream=self.stream)
         if (status_h != 0).any():
             bad = int(np.flatnonzero(status_h)[0])
-            raise RuntimeError(
+            raise NvcompError(
                 f"nvCOMP zstd compression failed for chunk {bad}: "
                 f"{self.api.status_string(int(status_h[bad]))}"
             )
