@@ -5,6 +5,7 @@ Importing this package never imports cupy, nvCOMP or kvikio; GPU pieces load on 
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 from linumpy_gpu import config
@@ -45,12 +46,15 @@ from linumpy_gpu.image import (
     Plate,
     SeriesCollection,
     Well,
+    open_image,
     open_ome_zarr,
 )
 from linumpy_gpu.write import write_labels, write_ome_zarr
 
 
-def open_ome_zarr_gpu(path: Any, device: int = 0, **kwargs: Any) -> Any:
+def open_ome_zarr_gpu(
+    path: Any, device: int = 0, **kwargs: Any
+) -> MultiscaleImage | Plate | Well | SeriesCollection:
     """Open an OME-Zarr store whose reads land in cupy arrays on GPU ``device``.
 
     Raises :class:`GpuUnavailableError` naming whatever is missing (cupy, nvCOMP, a CUDA
@@ -59,7 +63,7 @@ def open_ome_zarr_gpu(path: Any, device: int = 0, **kwargs: Any) -> Any:
     return open_ome_zarr(path, device=device, **kwargs)
 
 
-def gpu_zarr_context(*args: Any, **kwargs: Any) -> Any:
+def gpu_zarr_context(*args: Any, **kwargs: Any) -> AbstractContextManager[None]:
     """Scope in which plain zarr-python arrays return cupy, decoded by linumpy_gpu's codecs.
 
     See :func:`linumpy_gpu.gpu.context.gpu_zarr_context`.
@@ -106,6 +110,7 @@ __all__ = [
     "__version__",
     "config",
     "gpu_zarr_context",
+    "open_image",
     "open_ome_zarr",
     "open_ome_zarr_gpu",
     "write_labels",

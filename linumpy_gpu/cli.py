@@ -46,7 +46,7 @@ def _demo(out: str | None, device: str) -> int:
     import zarr
 
     from linumpy_gpu.errors import DeviceFallbackWarning, StoreExistsError
-    from linumpy_gpu.image import open_ome_zarr
+    from linumpy_gpu.image import open_image
     from linumpy_gpu.sample import write_sample
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -61,7 +61,7 @@ def _demo(out: str | None, device: str) -> int:
         print(f"wrote a sample OME-Zarr pyramid to {path} in {time.perf_counter() - t0:.2f} s")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DeviceFallbackWarning)
-            img = open_ome_zarr(path, device=device)
+            img = open_image(path, device=device)
         for w in caught:
             print(f"note: {w.message}")
         print(img)

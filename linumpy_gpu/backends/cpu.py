@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
 from linumpy_gpu.backends.base import Backend, EncodedChunk
 from linumpy_gpu.codecs import decode_chain
 from linumpy_gpu.core.assemble import chunk_array, place
+from linumpy_gpu.core.layout import ChunkFormat
+from linumpy_gpu.core.plan import ChunkPlan, ChunkTask
 from linumpy_gpu.errors import ChunkDecodeError, CodecError, OutputMismatchError
 
 
@@ -33,29 +37,38 @@ class CpuBackend(Backend):
                 )
             return cls._pool
 
-    def empty(self, shape, dtype):
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         return np.empty(shape, dtype=dtype)
 
-    def owns(self, array):
+    def owns(self, array: Any) -> bool:
         return isinstance(array, np.ndarray)
 
-    def place_all(self, work, tasks, raws, fmt, dtype):
+    def place_all(
+        self,
+        work: Any,
+        tasks: ChunkPlan,
+        raws: Sequence[Any],
+        fmt: ChunkFormat,
+        dtype: np.dtype,
+    ) -> None:
         """Chunks go to disjoint regions of ``work``: copy them on the pool (numpy drops
         the GIL while copying)."""
         if len(tasks) < 4:
             return super().place_all(work, tasks, raws, fmt, dtype)
 
-        def one(item):
+        def one(item: tuple[ChunkTask, Any]) -> None:
             task, raw = item
             place(work, task.out_region, chunk_array(raw, fmt, dtype), task.chunk_region)
 
         list(self.pool().map(one, zip(tasks, raws, strict=True)))
         return None
 
-    def from_any(self, array):
+    def from_any(self, array: Any) -> np.ndarray:
         return array.get() if hasattr(array, "__cuda_array_interface__") else np.asarray(array)
 
-    def gather_chunks(self, data, regions, chunk_shape, fill_value):
+    def gather_chunks(
+        self, data: Any, regions: Sequence[Any], chunk_shape: tuple[int, ...], fill_value: Any
+    ) -> tuple[np.ndarray, int]:
         packed = np.empty((len(regions), *chunk_shape), dtype=data.dtype)
         for slot, region in zip(packed, regions, strict=True):
             extent = tuple(r.stop - r.start for r in region)
@@ -64,7 +77,9 @@ class CpuBackend(Backend):
             slot[tuple(slice(0, e) for e in extent)] = data[region]
         return packed.reshape(-1).view(np.uint8), int(packed[0].nbytes) if len(regions) else 0
 
-    def encode_chunks(self, packed, nbytes, n, stride, zstd):
+    def encode_chunks(
+        self, packed: Any, nbytes: int, n: int, stride: int, zstd: tuple[int, bool] | None
+    ) -> list[bytes]:
         views = [packed[i * stride : i * stride + nbytes] for i in range(n)]
         if zstd is None:
             return [v.tobytes() for v in views]
@@ -75,12 +90,19 @@ class CpuBackend(Backend):
             return [codec.encode(v) for v in views]
         return list(self.pool().map(codec.encode, views))
 
-    def check_out(self, out, shape, dtype):
+    def check_out(self, out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
         super().check_out(out, shape, dtype)
         if not out.flags.writeable:
             raise OutputMismatchError("out is read-only")
 
-    def decode(self, chunks, fmt, array, staging=None, placement=None):
+    def decode(
+        self,
+        chunks: Sequence[EncodedChunk],
+        fmt: ChunkFormat,
+        array: str,
+        staging: Any = None,
+        placement: Any = None,
+    ) -> list[Any]:
         def one(item: EncodedChunk) -> np.ndarray | ChunkDecodeError:
             key, data = item
             try:

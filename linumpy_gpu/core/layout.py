@@ -111,7 +111,11 @@ def layout_of(array: Any, name: str) -> ArrayLayout:
             **common,
         )
 
-    def readable(chunk: ChunkFormat, shard_shape=None, shard_index=None) -> ArrayLayout:
+    def readable(
+        chunk: ChunkFormat,
+        shard_shape: tuple[int, ...] | None = None,
+        shard_index: ShardIndexFormat | None = None,
+    ) -> ArrayLayout:
         return ArrayLayout(
             chunk_shape=chunk.shape,
             shard_shape=shard_shape,
@@ -156,7 +160,9 @@ def layout_of(array: Any, name: str) -> ArrayLayout:
     )
 
 
-def _parse_v3_chain(codecs: Any, shape: tuple[int, ...], dtype: np.dtype):
+def _parse_v3_chain(
+    codecs: Any, shape: tuple[int, ...], dtype: np.dtype
+) -> tuple[tuple[int, ...] | None, Any, tuple[ByteCodec, ...]] | str:
     transpose = None
     array_bytes = None
     byte_codecs: list[ByteCodec] = []
@@ -190,7 +196,9 @@ def _with_endian(dtype: np.dtype, bytes_codec: Any) -> np.dtype:
     return dtype.newbyteorder("<" if endian == "little" else ">")
 
 
-def _index_format(sharding: Any, shard_shape, inner_shape) -> ShardIndexFormat | str:
+def _index_format(
+    sharding: Any, shard_shape: tuple[int, ...], inner_shape: tuple[int, ...]
+) -> ShardIndexFormat | str:
     names = [type(c).__name__ for c in sharding.index_codecs]
     if names not in (["BytesCodec"], ["BytesCodec", "Crc32cCodec"]):
         return f"shard index codecs {names}"

@@ -91,7 +91,14 @@ class ChunkPlan:
         return cls(*(np.concatenate([getattr(p, f) for p in plans]) for f in _FIELDS))
 
 
-def _task(coords, start, step, lo, hi, whole) -> ChunkTask:
+def _task(
+    coords: list[int],
+    start: list[int],
+    step: list[int],
+    lo: list[int],
+    hi: list[int],
+    whole: bool,
+) -> ChunkTask:
     chunk_region = tuple(
         slice(a, a + (b - c - 1) * s + 1, s) for a, s, c, b in zip(start, step, lo, hi, strict=True)
     )
@@ -108,7 +115,7 @@ class _AxisChunks(NamedTuple):
     """For one axis, per touched chunk: its index, the first wanted element in it, the
     output span it fills, and whether the whole chunk is wanted."""
 
-    index: np.ndarray
+    chunk: np.ndarray
     local_start: np.ndarray
     out_start: np.ndarray
     out_stop: np.ndarray
@@ -154,7 +161,7 @@ def chunk_plan(
         for sel, c, n in zip(selection.axes, chunk_shape, shape, strict=True)
     ]
     ndim = len(per_axis)
-    counts = [len(a.index) for a in per_axis]
+    counts = [len(a.chunk) for a in per_axis]
     n = math.prod(counts)
     columns = {f: np.empty((n, ndim), dtype=np.int64) for f in _FIELDS[:-1]}
     whole = np.ones(counts, dtype=bool)
@@ -162,7 +169,7 @@ def chunk_plan(
         grid = [1] * ndim
         grid[axis] = counts[axis]
         values = {
-            "coords": a.index,
+            "coords": a.chunk,
             "chunk_start": a.local_start,
             "chunk_step": np.full(counts[axis], sel.step, dtype=np.int64),
             "out_start": a.out_start,

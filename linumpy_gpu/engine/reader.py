@@ -376,7 +376,8 @@ class ChunkedArrayReader:
             placement.host = min(stop - first, host)
             if placement.wants_spare:
                 if spare is None:
-                    spare = self.backend.empty((max(1, budget),), np.dtype(np.uint8))
+                    # planned to want the read's own buffer only where a budget exists
+                    spare = self.backend.empty((max(1, budget or 0),), np.dtype(np.uint8))
                 placement.spare = spare
             yield tasks[first:stop], placement
 
@@ -442,10 +443,11 @@ class ChunkedArrayReader:
         if not len(tasks):
             return [], []
         if layout.shard_index is None:
-            keys = [self._prefix + layout.storage_key(c) for c in tasks.coord_tuples()]
+            chunk_keys = [self._prefix + layout.storage_key(c) for c in tasks.coord_tuples()]
             hint = int(layout.chunk.nbytes * self._stored_fraction) if layout.chunk else None
-            data = self.source.fetch([ByteRequest(k) for k in keys], allocate, hint)
-            return keys, data
+            return chunk_keys, self.source.fetch(
+                [ByteRequest(k) for k in chunk_keys], allocate, hint
+            )
         chunks = inner_chunks(tasks.coords, layout.shard_index)  # narrowed above
         n_shards = len(chunks.shards)
         keys: list[str] = [""] * len(tasks)
@@ -705,10 +707,12 @@ class _OneOutput(_Targets):
     def __init__(self, work: Any):
         self.work = work
 
-    def tasks(self, batch, i):
+    def tasks(self, batch: ChunkPlan, i: int) -> list[tuple[Any, ChunkTask]]:
         return [(self.work, batch.task(i))]
 
-    def groups(self, batch, rows, raws):
+    def groups(
+        self, batch: ChunkPlan, rows: list[int], raws: list[Any]
+    ) -> list[tuple[Any, ChunkPlan, list[Any]]]:
         return [(self.work, batch[np.asarray(rows, dtype=np.intp)], raws)]
 
 
@@ -730,10 +734,12 @@ class _SharedChunks(_Targets):
             feeds.append((work, plan, row))
         return plan[np.asarray(new, dtype=np.intp)]
 
-    def tasks(self, batch, i):
+    def tasks(self, batch: ChunkPlan, i: int) -> list[tuple[Any, ChunkTask]]:
         return [(work, plan.task(row)) for work, plan, row in self._feeds[batch.coords_of(i)]]
 
-    def groups(self, batch, rows, raws):
+    def groups(
+        self, batch: ChunkPlan, rows: list[int], raws: list[Any]
+    ) -> list[tuple[Any, ChunkPlan, list[Any]]]:
         by_output: dict[int, tuple[Any, ChunkPlan, list[int], list[Any]]] = {}
         for i, raw in zip(rows, raws, strict=True):
             for work, plan, row in self._feeds[batch.coords_of(i)]:

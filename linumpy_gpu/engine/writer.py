@@ -196,7 +196,9 @@ class ChunkedArrayWriter:
             shards.append(_assemble_shard(parts, regions))
         return shards
 
-    def _region(self, coords, chunk, origin):
+    def _region(
+        self, coords: tuple[int, ...], chunk: tuple[int, ...], origin: list[int]
+    ) -> tuple[slice, ...] | None:
         """Slices of ``data`` (which starts at ``origin``) that chunk ``coords`` covers, or
         None if the chunk lies outside the array."""
         out = []

@@ -17,6 +17,7 @@ from linumpy_gpu.backends.cpu import CpuBackend
 from linumpy_gpu.codecs import crc32c
 from linumpy_gpu.config import Settings
 from linumpy_gpu.core.layout import ChunkFormat
+from linumpy_gpu.core.plan import ChunkPlan
 from linumpy_gpu.errors import ChunkDecodeError, CodecError, DeviceMemoryError, OutputMismatchError
 from linumpy_gpu.gpu.copy_jobs import (
     SHAPE,
@@ -119,7 +120,7 @@ class GpuBackend(Backend, BatchMemory):
             host_decoder(self.device.id, self.host_threads) if self.host_threads else None
         )
 
-    def empty(self, shape, dtype):
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         with self.device:
             return self.xp.empty(shape, dtype=dtype)
 
@@ -204,7 +205,9 @@ class GpuBackend(Backend, BatchMemory):
         if need > free:
             raise self.memory_error(out_nbytes, batch_bytes, free)
 
-    def memory_error(self, out_nbytes: int, batch_bytes: int, free: int | None = None):
+    def memory_error(
+        self, out_nbytes: int, batch_bytes: int, free: int | None = None
+    ) -> DeviceMemoryError:
         self.xp.get_default_memory_pool().free_all_blocks()
         free = self.free_bytes() if free is None else free
         need = out_nbytes + self.scratch_budget(out_nbytes)
@@ -215,11 +218,13 @@ class GpuBackend(Backend, BatchMemory):
             "or use level.to_dask() to process it in blocks"
         )
 
-    def from_any(self, array):
+    def from_any(self, array: Any) -> Any:
         with self.device:
             return self.xp.asarray(array)
 
-    def gather_chunks(self, data, regions, chunk_shape, fill_value):
+    def gather_chunks(
+        self, data: Any, regions: Sequence[Any], chunk_shape: tuple[int, ...], fill_value: Any
+    ) -> tuple[Any, int]:
         """One gather kernel per batch (the scatter kernel with source and target swapped)."""
         xp = self.xp
         n = len(regions)
@@ -251,7 +256,9 @@ class GpuBackend(Backend, BatchMemory):
             self._launch_copy(jobs, ndim, itemsize)
             return packed.reshape(-1).view(np.uint8), stride
 
-    def encode_chunks(self, packed, nbytes, n, stride, zstd):
+    def encode_chunks(
+        self, packed: Any, nbytes: int, n: int, stride: int, zstd: tuple[int, bool] | None
+    ) -> list[bytes]:
         if zstd is None:
             host = packed.get()
             return [host[i * stride : i * stride + nbytes].tobytes() for i in range(n)]
@@ -285,14 +292,21 @@ class GpuBackend(Backend, BatchMemory):
                     ),
                 )
 
-    def acquire_staging(self, expected_bytes: int = 0):
+    def acquire_staging(self, expected_bytes: int = 0) -> Any:
         return self._staging().batch(expected_bytes)
 
-    def release_staging(self, staging) -> None:
+    def release_staging(self, staging: Any) -> None:
         if staging is not None:
             staging.release()
 
-    def place_all(self, work, tasks, raws, fmt, dtype) -> None:
+    def place_all(
+        self,
+        work: Any,
+        tasks: ChunkPlan,
+        raws: Sequence[Any],
+        fmt: ChunkFormat,
+        dtype: np.dtype,
+    ) -> None:
         """All chunks of a batch into ``work`` with one scatter kernel launch, its jobs
         straight from the plan's rows."""
         itemsize = np.dtype(dtype).itemsize
@@ -314,10 +328,10 @@ class GpuBackend(Backend, BatchMemory):
         )
         self._launch_copy(jobs, ndim, itemsize)
 
-    def owns(self, array):
+    def owns(self, array: Any) -> bool:
         return isinstance(array, self.xp.ndarray) and array.device.id == self.device.id
 
-    def check_out(self, out, shape, dtype):
+    def check_out(self, out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
         if isinstance(out, self.xp.ndarray) and out.device.id != self.device.id:
             raise OutputMismatchError(
                 f"out lives on cuda:{out.device.id}, this image reads to {self.name}"
@@ -353,7 +367,14 @@ class GpuBackend(Backend, BatchMemory):
                 staging.release()
             return self._upload_all(decoded)
 
-    def _decode_zstd(self, chunks, fmt, array, staging, placement) -> list[Any]:
+    def _decode_zstd(
+        self,
+        chunks: Sequence[EncodedChunk],
+        fmt: ChunkFormat,
+        array: str,
+        staging: Any,
+        placement: Any,
+    ) -> list[Any]:
         frames: list[Any] = []
         results: list[Any] = [None] * len(chunks)
         positions = []
@@ -442,7 +463,12 @@ class GpuBackend(Backend, BatchMemory):
         return self.xp.cuda.get_current_stream()
 
     def _submit_host(
-        self, frames, nbytes, targets, workspace, staging
+        self,
+        frames: list[Any],
+        nbytes: int,
+        targets: np.ndarray,
+        workspace: Workspace,
+        staging: Any,
     ) -> tuple[DecodedBatch, Any] | None:
         """Start decoding ``frames`` on host threads into their targets, or into slots taken
         from ``workspace`` where the target is 0."""

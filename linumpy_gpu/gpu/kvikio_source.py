@@ -15,7 +15,7 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,7 +111,7 @@ def _configure_pool() -> None:
 
 
 @contextlib.contextmanager
-def _direct_reads():
+def _direct_reads() -> Iterator[None]:
     """kvikio's direct reads on for the duration (kvikio's switch is process-wide: it goes
     back to what it was when the last fetch using it is done); nothing where kvikio has no
     such switch (before 25.10)."""

@@ -3,9 +3,12 @@ and no objects."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from linumpy_gpu.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    import cupy
 
 
 def read_zarr_to_gpu(
@@ -15,7 +18,7 @@ def read_zarr_to_gpu(
     level: int | str = 0,
     device: int = 0,
     storage_options: dict[str, Any] | None = None,
-) -> Any:
+) -> cupy.ndarray:
     """Read ``region`` (numpy basic indexing; None: everything) of an OME-Zarr image's
     ``level``, or of a plain zarr array, into a cupy array on GPU ``device``.
 

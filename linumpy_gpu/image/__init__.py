@@ -4,7 +4,7 @@ and :func:`open_ome_zarr` that opens them."""
 from linumpy_gpu.image.collections import Plate, SeriesCollection, Well
 from linumpy_gpu.image.level import Level
 from linumpy_gpu.image.multiscale import Labels, MultiscaleImage
-from linumpy_gpu.image.open import open_ome_zarr
+from linumpy_gpu.image.open import open_image, open_ome_zarr
 
 __all__ = [
     "Labels",
@@ -13,5 +13,6 @@ __all__ = [
     "Plate",
     "SeriesCollection",
     "Well",
+    "open_image",
     "open_ome_zarr",
 ]

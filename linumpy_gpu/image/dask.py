@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from linumpy_gpu.core.types import NDArray
+
 if TYPE_CHECKING:
+    import dask.array
+
     from linumpy_gpu.image.level import Level
 
 
-def level_to_dask(level: Level, chunks: Any = None) -> Any:
+def level_to_dask(level: Level, chunks: Any = None) -> dask.array.Array:
     """A dask array over ``level``. ``chunks`` defaults to the shard (or chunk) shape, so
     every block is a whole number of storage units and no unit is read twice."""
     import dask.array as da
@@ -42,5 +46,5 @@ class _BlockReader:
         self.dtype = level.dtype
         self.ndim = level.ndim
 
-    def __getitem__(self, index: Any) -> Any:
+    def __getitem__(self, index: Any) -> NDArray:
         return self.level.read(index)

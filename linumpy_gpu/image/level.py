@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from linumpy_gpu import ngff
+from linumpy_gpu.core.types import NDArray
 from linumpy_gpu.engine import ChunkedArrayReader
 from linumpy_gpu.errors import StorePermissionError
 from linumpy_gpu.image._common import format_bytes
 
 if TYPE_CHECKING:
+    import dask.array
+    import zarr
+
+    from linumpy_gpu.engine import ChunkedArrayWriter
     from linumpy_gpu.image.multiscale import MultiscaleImage
 
 
@@ -80,7 +86,7 @@ class Level:
         return self._reader.backend.name
 
     @property
-    def zarr_array(self) -> Any:
+    def zarr_array(self) -> zarr.Array:
         """The underlying zarr-python array (metadata, attributes, CPU access)."""
         return self._reader.array
 
@@ -92,7 +98,7 @@ class Level:
         *,
         progress: bool | None = None,
         on_damaged: str = "raise",
-    ) -> Any:
+    ) -> NDArray:
         """Read ``region`` (numpy basic indexing; None = everything) into a new array or
         into ``out`` (same shape and dtype, on this level's device). Returns numpy on the
         CPU and cupy on the GPU. ``on_damaged="fill"`` reads past damaged chunks (fill
@@ -109,10 +115,10 @@ class Level:
         with tqdm(desc=f"reading {self.image.name or 'level'} [{self.index}]", unit="chunk") as bar:
             return self._reader.read(index, out, progress=bar, on_damaged=on_damaged)
 
-    def __getitem__(self, index: Any) -> Any:
+    def __getitem__(self, index: Any) -> NDArray:
         return self._reader.read(index)
 
-    def read_regions(self, regions: Any) -> list[Any]:
+    def read_regions(self, regions: Iterable[Any]) -> list[NDArray]:
         """Read many regions in one go (each touched chunk decoded once, in shared
         batches): the fast way to pull a set of tiles."""
         return self._reader.read_regions(list(regions))
@@ -124,7 +130,7 @@ class Level:
         not touched: call ``image.update_pyramid(region)`` afterwards."""
         self._writer().write(region, value)
 
-    def _writer(self) -> Any:
+    def _writer(self) -> ChunkedArrayWriter:
         if getattr(self.image.group.store, "read_only", False):
             raise StorePermissionError(
                 f"'{self.image.path}' is open read-only: open it with mode='r+' to write"
@@ -140,7 +146,7 @@ class Level:
             data = data.get()
         return data if dtype is None else data.astype(dtype, copy=False)
 
-    def to_dask(self, chunks: Any = None) -> Any:
+    def to_dask(self, chunks: Any = None) -> dask.array.Array:
         """A lazy dask array over this level, one task per (multiple of the) storage chunk.
 
         Blocks are numpy or cupy, as this level's device reads.

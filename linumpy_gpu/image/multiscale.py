@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from linumpy_gpu.errors import (
 from linumpy_gpu.image._common import as_slices, format_bytes, join
 from linumpy_gpu.image.level import Level
 from linumpy_gpu.io.stores import translated_errors
+
+if TYPE_CHECKING:
+    import dask.array
 
 
 class MultiscaleImage:
@@ -142,7 +145,7 @@ class MultiscaleImage:
     def __iter__(self) -> Iterator[Level]:
         return iter(self.levels)
 
-    def to_dask(self, level: int | str = 0, chunks: Any = None) -> Any:
+    def to_dask(self, level: int | str = 0, chunks: Any = None) -> dask.array.Array:
         """A lazy dask array over ``level`` (see :meth:`Level.to_dask`)."""
         return self[level].to_dask(chunks)
 

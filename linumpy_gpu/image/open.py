@@ -27,7 +27,7 @@ def open_ome_zarr(
     mode: str = "r",
     storage_options: dict[str, Any] | None = None,
     settings: config.Settings | Mapping[str, Any] | None = None,
-) -> Any:
+) -> MultiscaleImage | Plate | Well | SeriesCollection:
     """Open an OME-Zarr store: a :class:`MultiscaleImage`, :class:`Plate`, :class:`Well` or
     :class:`SeriesCollection` (bioformats2raw), by what the root holds.
 
@@ -103,3 +103,15 @@ def _group_where(group: Any) -> str:
     if root is not None:
         return join(os.fspath(root), group.path)
     return str(group.store_path)
+
+
+def open_image(path: Any, device: Any = "cpu", **kwargs: Any) -> MultiscaleImage:
+    """:func:`open_ome_zarr` for a store that must hold one multiscale image (a plate,
+    well or series collection is refused with :class:`~linumpy_gpu.NotOmeZarrError`)."""
+    opened = open_ome_zarr(path, device, **kwargs)
+    if not isinstance(opened, MultiscaleImage):
+        where = getattr(opened, "path", str(path))
+        raise NotOmeZarrError(
+            where, "multiscales", "a multiscale image", f"a {type(opened).__name__}"
+        )
+    return opened

@@ -262,7 +262,13 @@ class LocalFileSource:
                 os.close(fd)
 
     @staticmethod
-    def _read_run(fd, run, spans, out, allocate) -> None:
+    def _read_run(
+        fd: int,
+        run: list[int],
+        spans: list[tuple[int, int]],
+        out: list[memoryview | None],
+        allocate: Allocator | None,
+    ) -> None:
         start, end = spans[run[0]][0], spans[run[-1]][1]
         length = end - start
         view = allocate(length) if allocate is not None and length else None
@@ -315,7 +321,13 @@ class LocalFileSource:
                 self.slow_storage = rate < SLOW_THREAD_RATE
         return out
 
-    def _fetch_files(self, requests, files, allocate, threads) -> list[memoryview | None]:
+    def _fetch_files(
+        self,
+        requests: Sequence[ByteRequest],
+        files: list[tuple[str, list[int]]],
+        allocate: Allocator | None,
+        threads: int,
+    ) -> list[memoryview | None]:
         out: list[memoryview | None] = [None] * len(requests)
 
         def read(item: tuple[str, list[int]]) -> None:
@@ -335,7 +347,13 @@ class LocalFileSource:
         list(self.pool(threads).map(run, range(groups)))
         return out
 
-    def _fetch_pieces(self, requests, files, allocate, threads) -> list[memoryview | None]:
+    def _fetch_pieces(
+        self,
+        requests: Sequence[ByteRequest],
+        files: list[tuple[str, list[int]]],
+        allocate: Allocator | None,
+        threads: int,
+    ) -> list[memoryview | None]:
         """Ranged requests on few files: plan every run of adjacent ranges, then read the
         runs in pieces of at most PIECE_BYTES on the pool."""
         out: list[memoryview | None] = [None] * len(requests)
@@ -357,10 +375,10 @@ class LocalFileSource:
                     r = requests[i]
                     start = min(r.offset, size)
                     span_of[i] = (start, max(start, min(size, r.offset + (r.length or 0))))
-                order: list[int | None] = [*sorted(members, key=lambda i: span_of[i][0]), None]
+                order: list[int | None] = [*sorted(members, key=lambda k: span_of[k][0]), None]
                 run: list[int] = []
-                for i in order:
-                    if run and (i is None or span_of[i][0] != span_of[run[-1]][1]):
+                for member in order:
+                    if run and (member is None or span_of[member][0] != span_of[run[-1]][1]):
                         start, end = span_of[run[0]][0], span_of[run[-1]][1]
                         view = (
                             allocate(end - start) if allocate is not None and end > start else None
@@ -369,8 +387,8 @@ class LocalFileSource:
                             view = memoryview(bytearray(end - start))
                         runs.append((fd, start, end - start, view, run, [span_of[k] for k in run]))
                         run = []
-                    if i is not None:
-                        run.append(i)
+                    if member is not None:
+                        run.append(member)
             total = sum(r[2] for r in runs)
             piece = max(1 << 20, min(PIECE_BYTES, -(-total // (2 * threads))))
             pieces = [

@@ -491,7 +491,7 @@ def parse_image_label(
         raise InvalidMetadataError(where, "image-label.colors", "a non-empty list", raw_colors)
     for i, c in enumerate(raw_colors or []):
         field = f"image-label.colors[{i}]"
-        value = c.get("label-value") if isinstance(c, Mapping) else None
+        value: Any = c.get("label-value") if isinstance(c, Mapping) else None
         if not (is_integral(value) if integers else is_number(value)):
             raise InvalidMetadataError(where, f"{field}.label-value", value_kind, c)
         rgba = c.get("rgba")
@@ -561,10 +561,11 @@ def parse_plate(
     seen: set[str] = set()
     for i, w in enumerate(wells_raw):
         field = f"plate.wells[{i}]"
-        path = w.get("path") if isinstance(w, Mapping) else None
-        parts = path.split("/") if isinstance(path, str) else []
+        raw_path = w.get("path") if isinstance(w, Mapping) else None
+        parts = raw_path.split("/") if isinstance(raw_path, str) else []
         if len(parts) != 2:
-            raise InvalidMetadataError(where, f"{field}.path", "a 'row/column' path", path)
+            raise InvalidMetadataError(where, f"{field}.path", "a 'row/column' path", raw_path)
+        path = str(raw_path)
         row_name, col_name = parts
         if row_name not in rows or col_name not in columns:
             raise InvalidMetadataError(

@@ -245,6 +245,7 @@ def scene_images(scene: Scene, target: CoordinateSystemRef | None = None) -> tup
     out = []
     for start in images:
         chain = _shortest_chain(start, target, edges)
+        transform: Transformation | None
         if chain is None:
             transform = None
         elif not chain:

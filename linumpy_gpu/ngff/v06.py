@@ -166,7 +166,7 @@ def parse_coordinate_systems(
     the image layout rules (2 to 5 axes, ordered time, channel or custom, space)."""
     if not isinstance(raw, list) or not raw:
         raise InvalidMetadataError(where, field, "a non-empty list of coordinate systems", raw)
-    out = []
+    out: list[CoordinateSystem] = []
     for i, cs in enumerate(raw):
         cs_field = f"{field}[{i}]"
         cs = c.mapping(cs, where, cs_field)
@@ -274,7 +274,7 @@ def _warn_unlinked(
     while changed:
         changed = False
         for t in transformations:
-            ends = {r.name for r in (t.input, t.output) if r is not None and not r.path}
+            ends = {r.name for r in (t.input, t.output) if r is not None and not r.path and r.name}
             if ends & linked and not ends <= linked:
                 linked |= ends
                 changed = True
@@ -458,7 +458,7 @@ def _parse_project_axis(
 ) -> _Parsed:
     if "droppedInputs" not in raw and "createdOutputs" not in raw:
         raise InvalidMetadataError(where, field, "'droppedInputs' or 'createdOutputs'")
-    lists = {}
+    lists: dict[str, tuple[int, ...]] = {}
     for key in ("droppedInputs", "createdOutputs"):
         value = raw.get(key)
         if value is None:

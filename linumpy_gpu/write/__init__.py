@@ -24,7 +24,7 @@ from linumpy_gpu.errors import (
     StoreExistsError,
     WriteError,
 )
-from linumpy_gpu.image import MultiscaleImage, open_ome_zarr
+from linumpy_gpu.image import MultiscaleImage, open_image
 from linumpy_gpu.io.files import built_beside, check_replaceable
 from linumpy_gpu.io.stores import locate, translated_errors
 from linumpy_gpu.ngff import build
@@ -60,7 +60,7 @@ def write_ome_zarr(
     progress: bool = False,
     storage_options: dict[str, Any] | None = None,
     _extra_block: dict[str, Any] | None = None,
-) -> Any:
+) -> MultiscaleImage:
     """Write ``data`` (numpy, cupy or dask, 2- to 5-D) as an OME-Zarr multiscale image and
     return it opened.
 
@@ -104,12 +104,12 @@ def write_ome_zarr(
         _check_destination(target, overwrite)
         with built_beside(target, overwrite) as staging:
             write_image(_local_group(staging, plan), data, plan, backend, progress, target)
-        return open_ome_zarr(target, device=backend)
+        return open_image(target, device=backend)
     root = _remote_group(location.store, "", plan, overwrite, location.where)
     write_image(root, data, plan, backend, progress, location.where)
     if location.protocol is not None:
-        return open_ome_zarr(path, device=backend, storage_options=storage_options)
-    return open_ome_zarr(location.store, device=backend)
+        return open_image(path, device=backend, storage_options=storage_options)
+    return open_image(location.store, device=backend)
 
 
 def write_labels(
@@ -123,14 +123,14 @@ def write_labels(
     chunks: Sequence[int] | None = None,
     overwrite: bool = False,
     device: Any = "auto",
-) -> Any:
+) -> MultiscaleImage:
     """Write a label image ``name`` under ``image`` (a path or an opened image): integer
     data of level 0's shape, a pyramid matching the image's ("mode" or "nearest"), the
     ``image-label`` metadata (``colors`` as {value: (r, g, b, a)} or NGFF dicts,
     ``properties`` as NGFF dicts) and the ``labels`` group listing. Returns the label image.
 
     Replacing a label image (``overwrite=True``) touches that label image only."""
-    parent = image if isinstance(image, MultiscaleImage) else open_ome_zarr(image)
+    parent = image if isinstance(image, MultiscaleImage) else open_image(image)
     _check_label_name(name, parent)
     if not all(hasattr(data, a) for a in ("shape", "dtype", "ndim")):
         raise WriteError(
@@ -206,7 +206,7 @@ def write_labels(
         labels_group.attrs.put(build.wrap(parent.version, {"labels": names}))
     with translated_errors(parent.path):
         fresh = zarr.open_group(store=store, path=prefix, mode="r")
-    return open_ome_zarr(fresh, device=backend).labels[name]
+    return open_image(fresh, device=backend).labels[name]
 
 
 def _check_label_name(name: Any, parent: Any) -> None:

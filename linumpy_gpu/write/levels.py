@@ -64,7 +64,16 @@ def _create_level(root: Any, i: int, shape: tuple[int, ...], plan: ImagePlan) ->
     )
 
 
-def _write_pyramid(arrays, data, factors, method, backend, bar, written, is_dask) -> None:
+def _write_pyramid(
+    arrays: list[Any],
+    data: Any,
+    factors: list[tuple[int, ...]],
+    method: str,
+    backend: Any,
+    bar: Any,
+    written: list[str],
+    is_dask: bool,
+) -> None:
 
     writers = [
         ChunkedArrayWriter(a, backend, name=str(a.store_path), locking=False) for a in arrays

@@ -7,6 +7,7 @@ import glob
 import importlib.util
 import os
 from functools import lru_cache
+from typing import Any
 
 from linumpy_gpu.errors import NvcompError
 
@@ -166,7 +167,7 @@ class ZstdApi:
             text = self.status_string(status) if hasattr(self, "dopts") else str(status)
             raise NvcompError(f"{what} failed: {text}")
 
-    def _alignments(self, fn, opts) -> Alignments:
+    def _alignments(self, fn: Any, opts: Any) -> Alignments:
         out = Alignments()
         self._check(fn(opts, ctypes.byref(out)), fn.__name__)
         return out
@@ -183,16 +184,16 @@ class ZstdApi:
 
     def decompress(
         self,
-        comp_ptrs,
-        comp_bytes,
-        out_bytes,
-        actual_bytes,
-        n,
-        temp,
-        temp_bytes,
-        out_ptrs,
-        statuses,
-        stream,
+        comp_ptrs: int,
+        comp_bytes: int,
+        out_bytes: int,
+        actual_bytes: int,
+        n: int,
+        temp: int,
+        temp_bytes: int,
+        out_ptrs: int,
+        statuses: int,
+        stream: int,
     ) -> None:
         self._check(
             self.lib.nvcompBatchedZstdDecompressAsync(
@@ -233,16 +234,16 @@ class ZstdApi:
 
     def compress(
         self,
-        in_ptrs,
-        in_bytes,
-        max_chunk,
-        n,
-        temp,
-        temp_bytes,
-        out_ptrs,
-        out_bytes,
-        statuses,
-        stream,
+        in_ptrs: int,
+        in_bytes: int,
+        max_chunk: int,
+        n: int,
+        temp: int,
+        temp_bytes: int,
+        out_ptrs: int,
+        out_bytes: int,
+        statuses: int,
+        stream: int,
     ) -> None:
         self._check(
             self.lib.nvcompBatchedZstdCompressAsync(

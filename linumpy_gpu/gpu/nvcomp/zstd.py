@@ -383,7 +383,15 @@ class ZstdBatchCodec:
             self._cpu_fallback(batch, i, frame.tobytes(), reason)
         return batch
 
-    def _move_slots(self, batch, need_slot, slots, temp, workspace, stride) -> None:
+    def _move_slots(
+        self,
+        batch: DecodedBatch,
+        need_slot: np.ndarray,
+        slots: Any,
+        temp: Any,
+        workspace: Workspace,
+        stride: int,
+    ) -> None:
         """Move decoded slots out of memory they may not stay in, into nvCOMP's workspace
         (free once the decode is done; queued after it on this stream)."""
         cp = self.cupy
