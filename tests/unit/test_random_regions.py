@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 
 from linumpy_gpu.backends.cpu import CpuBackend
 from linumpy_gpu.engine import ChunkedArrayReader
-
-from .writers import volume, write_zarr_variant
+from tests.helpers.writers import volume, write_zarr_variant
 
 SHAPE = (23, 37, 41)
 

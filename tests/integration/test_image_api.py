@@ -11,8 +11,7 @@ import zarr
 
 import linumpy_gpu as lg
 from linumpy_gpu.sample import write_sample
-
-from .conftest import gpu_available
+from tests.conftest import gpu_available, to_numpy
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +45,8 @@ def test_level_properties_and_repr(sample):
     assert "Level 0" in repr(lv)
 
 
-def test_indexing_forms(sample):
-    img = lg.open_ome_zarr(sample)
+def test_indexing_forms(sample, device, xp):
+    img = lg.open_ome_zarr(sample, device=device)
     full = zarr.open_array(str(sample / "0"), mode="r")[...]
     for index in [
         5,
@@ -57,9 +56,11 @@ def test_indexing_forms(sample):
         (slice(-5, None), Ellipsis, -2),
         (slice(90, 10, -11), slice(None), slice(None, None, -1)),
     ]:
-        np.testing.assert_array_equal(img[0][index], full[index])
+        got = img[0][index]
+        assert isinstance(got, xp.ndarray)
+        np.testing.assert_array_equal(to_numpy(got), full[index])
     np.testing.assert_array_equal(np.asarray(img[1]), zarr.open_array(str(sample / "1"))[...])
-    np.testing.assert_array_equal(img[0].read((slice(0, 4),)), full[:4])
+    np.testing.assert_array_equal(to_numpy(img[0].read((slice(0, 4),))), full[:4])
 
 
 @pytest.mark.parametrize(
@@ -160,8 +161,8 @@ def test_label_and_image_label_round_trip_via_zarr(tmp_path):
         img.labels["other"]
 
 
-def test_read_regions_equals_separate_reads(sample):
-    img = lg.open_ome_zarr(sample)
+def test_read_regions_equals_separate_reads(sample, device):
+    img = lg.open_ome_zarr(sample, device=device)
     full = zarr.open_array(str(sample / "0"), mode="r")[...]
     regions = [
         (slice(0, 40), slice(10, 100), slice(0, 64)),
@@ -170,7 +171,7 @@ def test_read_regions_equals_separate_reads(sample):
         (slice(90, 10, -7), 0),
     ]
     for got, region in zip(img[0].read_regions(regions), regions, strict=True):
-        np.testing.assert_array_equal(got, full[region])
+        np.testing.assert_array_equal(to_numpy(got), full[region])
 
 
 def _tiny_image(group, data, name="img"):

@@ -12,8 +12,7 @@ from linumpy_gpu.core.layout import ShardIndexFormat
 from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.engine.sharding import MISSING, inner_chunks, inner_entries
 from linumpy_gpu.errors import ChunkDecodeError
-
-from .writers import volume, write_zarr_variant
+from tests.helpers.writers import volume, write_zarr_variant
 
 
 def test_entries_of_a_batch_equal_looking_each_chunk_up():

@@ -1,6 +1,6 @@
 """One damaged-chunk case, run in its own process by test_gpu_damage.py (and by hand).
 
-    python -m tests.damage_case CASE CHECKSUM OUT_JSON
+    python -m tests.gpu.damage_case CASE CHECKSUM OUT_JSON
 
 Writes a small zstd array, damages chunk c/1/0/0 as CASE says, then records what the CPU
 zstd (numcodecs) says of the damaged frame and what a GPU read through the engine does,

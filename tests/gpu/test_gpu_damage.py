@@ -25,7 +25,7 @@ CASES = [
     "trailing-bytes",
     "wrong-content-size",
 ]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REPORT = os.environ.get("LINUMPY_GPU_DAMAGE_REPORT")
 
 
@@ -40,7 +40,14 @@ def test_damaged_chunk(tmp_path, case, checksum):
     out = tmp_path / "result.json"
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "tests.damage_case", case, "1" if checksum else "0", str(out)],
+            [
+                sys.executable,
+                "-m",
+                "tests.gpu.damage_case",
+                case,
+                "1" if checksum else "0",
+                str(out),
+            ],
             cwd=ROOT,
             capture_output=True,
             text=True,

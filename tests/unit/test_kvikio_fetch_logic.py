@@ -15,8 +15,7 @@ import pytest
 
 import linumpy_gpu.gpu.kvikio_source as kvikio_fetch
 from linumpy_gpu.io.sources import ByteRequest, LocalFileSource
-
-from .fetch_cases import mixed_requests, recording_allocator, write_chunk_files
+from tests.helpers.fetch_cases import mixed_requests, recording_allocator, write_chunk_files
 
 
 class FakeKvikio:

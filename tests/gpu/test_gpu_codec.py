@@ -9,8 +9,7 @@ import zarr
 from zarr.codecs import ZstdCodec
 
 import linumpy_gpu as lg
-
-from .writers import volume, write_zarr_variant
+from tests.helpers.writers import volume, write_zarr_variant
 
 pytestmark = pytest.mark.gpu
 

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 from zarr.codecs import BloscCodec, GzipCodec
 
 import linumpy_gpu as lg
-
-from .safety_helpers import small_store, snapshot, volume
+from tests.helpers.safety import small_store, snapshot, volume
 
 SHAPE = (16, 32, 32)
 SETTINGS = settings(

@@ -83,7 +83,7 @@ def test_blocks_are_per_thread():
 
 
 def test_objects_capture_the_settings_current_when_made(tmp_path):
-    from .safety_helpers import small_store
+    from tests.helpers.safety import small_store
 
     small_store(tmp_path / "s.zarr")
     with lg.config.set(io_threads=2, read_ahead_bytes=0):

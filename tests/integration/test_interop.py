@@ -9,8 +9,7 @@ import zarr
 import linumpy_gpu as lg
 from linumpy_gpu.backends.cpu import CpuBackend
 from linumpy_gpu.engine import ChunkedArrayReader
-
-from .writers import (
+from tests.helpers.writers import (
     ZARR_VARIANTS,
     ngff_attrs,
     volume,

@@ -13,8 +13,7 @@ from linumpy_gpu.backends.cpu import CpuBackend
 from linumpy_gpu.engine.read_ahead import ReadAhead
 from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.io.sources import ByteRequest, LocalFileSource
-
-from .writers import volume
+from tests.helpers.writers import volume
 
 needs_fadvise = pytest.mark.skipif(
     not hasattr(os, "posix_fadvise"), reason="this platform has no posix_fadvise"

@@ -14,8 +14,7 @@ import zarr
 
 import linumpy_gpu as lg
 from linumpy_gpu.cli import main as cli_main
-
-from .safety_helpers import small_store, snapshot, volume
+from tests.helpers.safety import small_store, snapshot, volume
 
 
 @pytest.fixture
@@ -185,6 +184,7 @@ def test_killed_write_leaves_the_old_store_and_the_next_write_cleans_up(store, t
     before = snapshot(store)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "start"
+
     def writing() -> bool:
         """Whether the writer has begun writing chunks into its staging folder."""
         for p in tmp_path.iterdir():

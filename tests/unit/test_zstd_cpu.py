@@ -8,8 +8,7 @@ import pytest
 
 from linumpy_gpu.codecs.zstd import content_size as zstd_content_size
 from linumpy_gpu.codecs.zstd import decode_into as zstd_decode_into
-
-from .damage_case import damage
+from tests.gpu.damage_case import damage
 
 
 def _raw_block_frame(payload: bytes) -> bytes:

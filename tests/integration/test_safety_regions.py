@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import linumpy_gpu as lg
-
-from .safety_helpers import small_store, snapshot, volume
+from tests.conftest import to_numpy
+from tests.helpers.safety import small_store, snapshot, volume
 
 
 @pytest.fixture(params=["chunks", "shards"])
@@ -80,8 +80,8 @@ def test_regions_outside_the_array_or_not_plain_are_refused(store, case):
     assert snapshot(store) == before
 
 
-def test_good_region_writes(store):
-    img = lg.open_ome_zarr(store, mode="r+")
+def test_good_region_writes(store, device):
+    img = lg.open_ome_zarr(store, mode="r+", device=device)
     expected = volume()
     img[0][1:5, 3:19, 2:30] = np.full((4, 16, 28), 9, "u2")
     expected[1:5, 3:19, 2:30] = 9
@@ -92,7 +92,7 @@ def test_good_region_writes(store):
     img[0][-2:, -3:, :] = np.ones((2, 3, 32), "u1")  # a narrower dtype is safe
     expected[-2:, -3:, :] = 1
     np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], expected)
-    np.testing.assert_array_equal(img[0][...], expected)  # the writing handle too
+    np.testing.assert_array_equal(to_numpy(img[0][...]), expected)  # the writing handle too
 
 
 def test_read_only_handle_refuses_writes(store):
@@ -104,23 +104,23 @@ def test_read_only_handle_refuses_writes(store):
 # -- reads reflect what is on disk --------------------------------------------------------
 
 
-def test_reads_after_region_writes_and_update_pyramid_see_the_new_data(store):
-    img = lg.open_ome_zarr(store, mode="r+")
-    reader = lg.open_ome_zarr(store)
-    before1 = reader[1][...]  # fills every cache the reader has
+def test_reads_after_region_writes_and_update_pyramid_see_the_new_data(store, device):
+    img = lg.open_ome_zarr(store, mode="r+", device=device)
+    reader = lg.open_ome_zarr(store, device=device)
+    before1 = to_numpy(reader[1][...])  # fills every cache the reader has
     img[0][0:8] = np.full((8, 32, 32), 4000, "u2")
     expected = volume()
     expected[0:8] = 4000
-    np.testing.assert_array_equal(reader[0][...], expected)
-    np.testing.assert_array_equal(img[0][...], expected)
+    np.testing.assert_array_equal(to_numpy(reader[0][...]), expected)
+    np.testing.assert_array_equal(to_numpy(img[0][...]), expected)
     img.update_pyramid((slice(0, 8),))
-    level1 = reader[1][...]
+    level1 = to_numpy(reader[1][...])
     assert (level1[0:4] == 4000).all()
     np.testing.assert_array_equal(level1[4:], before1[4:])
 
 
-def test_reads_see_a_shard_rewritten_by_another_process(store):
-    reader = lg.open_ome_zarr(store)
+def test_reads_see_a_shard_rewritten_by_another_process(store, device):
+    reader = lg.open_ome_zarr(store, device=device)
     reader[0][...]
     script = (
         "import numpy as np, linumpy_gpu as lg\n"
@@ -130,7 +130,7 @@ def test_reads_see_a_shard_rewritten_by_another_process(store):
     subprocess.run([sys.executable, "-c", script], check=True)
     expected = volume()
     expected[0:8, 0:16, 0:16] = 123
-    np.testing.assert_array_equal(reader[0][...], expected)
+    np.testing.assert_array_equal(to_numpy(reader[0][...]), expected)
 
 
 def test_reads_see_a_store_rewritten_by_zarr_python_in_place(tmp_path):

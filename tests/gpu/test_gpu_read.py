@@ -10,8 +10,13 @@ import zarr
 
 import linumpy_gpu as lg
 from linumpy_gpu.engine import ChunkedArrayReader
-
-from .writers import ZARR_VARIANTS, volume, write_ome_zarr_py, write_tensorstore, write_zarr_variant
+from tests.helpers.writers import (
+    ZARR_VARIANTS,
+    volume,
+    write_ome_zarr_py,
+    write_tensorstore,
+    write_zarr_variant,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -303,7 +308,7 @@ def test_small_reads_on_host_threads_large_ones_on_nvcomp(tmp_path, cp):
 def test_damaged_chunks_on_host_threads_and_nvcomp_in_one_batch(tmp_path, cp):
     """A batch split between nvCOMP and host threads reports each damaged chunk with its
     key, whichever side decoded it; "fill" reads past both."""
-    from .damage_case import damage
+    from tests.gpu.damage_case import damage
 
     data = volume(shape=(64, 32, 32))
     write_zarr_variant(

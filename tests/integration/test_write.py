@@ -9,8 +9,7 @@ import zarr
 import linumpy_gpu as lg
 from linumpy_gpu.engine.pyramid import downsample
 from linumpy_gpu.write import StoreExistsError, WriteError, write_ome_zarr
-
-from .writers import ngff_attrs
+from tests.helpers.writers import ngff_attrs
 
 
 def test_mean_downsample_handles_partial_edges():

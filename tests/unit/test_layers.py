@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "linumpy_gpu"
+PACKAGE = Path(__file__).resolve().parents[2] / "linumpy_gpu"
 
 # (rank, module prefixes): a module may import modules of its own rank or below.
 LAYERS = [

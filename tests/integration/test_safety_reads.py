@@ -19,8 +19,8 @@ import zarr
 from zarr.codecs import BloscCodec, GzipCodec
 
 import linumpy_gpu as lg
-
-from .safety_helpers import small_store, snapshot, volume
+from tests.conftest import to_numpy
+from tests.helpers.safety import small_store, snapshot, volume
 
 
 @pytest.fixture
@@ -117,7 +117,7 @@ def test_decompression_bombs_are_refused_before_allocating(tmp_path, codec):
 
 
 @pytest.mark.parametrize("kind", ["fifo", "folder", "device"])
-def test_a_special_file_where_a_chunk_should_be_is_a_typed_error(store, kind):
+def test_a_special_file_where_a_chunk_should_be_is_a_typed_error(store, kind, device):
     chunk = store / "0" / "c" / "1" / "0" / "0"
     chunk.unlink()
     if kind == "fifo":
@@ -127,18 +127,18 @@ def test_a_special_file_where_a_chunk_should_be_is_a_typed_error(store, kind):
     else:
         chunk.symlink_to("/dev/zero")
     with pytest.raises(lg.StoreError, match="not a regular file") as info:
-        lg.open_ome_zarr(store)[0][...]
+        lg.open_ome_zarr(store, device=device)[0][...]
     assert str(chunk) in str(info.value)
 
 
-def test_a_special_file_in_a_shard_store_is_a_typed_error(tmp_path):
+def test_a_special_file_in_a_shard_store_is_a_typed_error(tmp_path, device):
     path = tmp_path / "s.zarr"
     small_store(path, chunks=(4, 8, 8), shards=(8, 16, 16))
     shard = path / "0" / "c" / "0" / "0" / "0"
     shard.unlink()
     os.mkfifo(shard)
     with pytest.raises(lg.StoreError, match="not a regular file"):
-        lg.open_ome_zarr(path)[0][...]
+        lg.open_ome_zarr(path, device=device)[0][...]
 
 
 # -- one error hierarchy ------------------------------------------------------------------
@@ -369,7 +369,7 @@ while True:
 
 
 @pytest.mark.parametrize("layout", ["chunks", "shards"])
-def test_reads_during_rewrites_see_whole_old_or_new_units(tmp_path, layout):
+def test_reads_during_rewrites_see_whole_old_or_new_units(tmp_path, layout, device):
     path = tmp_path / "torn.ome.zarr"
     kwargs = {"chunks": (4, 8, 8)}
     if layout == "shards":
@@ -381,9 +381,9 @@ def test_reads_during_rewrites_see_whole_old_or_new_units(tmp_path, layout):
     )
     try:
         assert proc.stdout.readline().strip() == "ready"
-        img = lg.open_ome_zarr(path)
+        img = lg.open_ome_zarr(path, device=device)
         for _ in range(300):
-            data = img[0][...]
+            data = to_numpy(img[0][...])
             for index in np.ndindex(*(n // u for n, u in zip(data.shape, unit, strict=True))):
                 part = data[
                     tuple(slice(i * u, (i + 1) * u) for i, u in zip(index, unit, strict=True))
@@ -398,7 +398,7 @@ def test_reads_during_rewrites_see_whole_old_or_new_units(tmp_path, layout):
 # -- damaged bytes on our own writes --------------------------------------------------------
 
 
-def test_every_damaged_chunk_is_detected_or_harmless(tmp_path):
+def test_every_damaged_chunk_is_detected_or_harmless(tmp_path, device):
     """Flip each byte position class of a zstd+checksum chunk: the read is exact or raises
     ChunkDecodeError naming the chunk, never silently different."""
     path = tmp_path / "d.ome.zarr"
@@ -412,7 +412,7 @@ def test_every_damaged_chunk_is_detected_or_harmless(tmp_path):
             bad[position] ^= flip
             chunk.write_bytes(bytes(bad))
             try:
-                data = lg.open_ome_zarr(path)[0][...]
+                data = to_numpy(lg.open_ome_zarr(path, device=device)[0][...])
             except lg.ChunkDecodeError as exc:
                 assert exc.key.endswith("c/1/0/0")
                 continue
@@ -420,7 +420,7 @@ def test_every_damaged_chunk_is_detected_or_harmless(tmp_path):
     for size in (0, 1, 4, 12, len(good) // 2, len(good) - 1):
         chunk.write_bytes(good[:size])
         with pytest.raises(lg.ChunkDecodeError):
-            lg.open_ome_zarr(path)[0][...]
+            lg.open_ome_zarr(path, device=device)[0][...]
 
 
 @pytest.mark.parametrize(

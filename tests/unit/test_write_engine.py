@@ -12,7 +12,7 @@ import zarr
 import linumpy_gpu as lg
 from linumpy_gpu.engine.pyramid import downsample
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _validate_with_ome_zarr_models(path: Path, version: str) -> None:

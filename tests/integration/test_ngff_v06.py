@@ -48,8 +48,7 @@ from linumpy_gpu.ngff import (
     to_matrix,
     validate_with_ome_zarr_models,
 )
-
-from .test_ngff_versions import mutated
+from tests.unit.test_ngff_versions import mutated
 
 WHERE = "/data/six.zarr"
 ZYX = [

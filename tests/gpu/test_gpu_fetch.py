@@ -8,9 +8,8 @@ import pytest
 import zarr
 
 from linumpy_gpu.io.sources import ByteRequest, LocalFileSource
-
-from .fetch_cases import mixed_requests, recording_allocator, write_chunk_files
-from .writers import volume, write_zarr_variant
+from tests.helpers.fetch_cases import mixed_requests, recording_allocator, write_chunk_files
+from tests.helpers.writers import volume, write_zarr_variant
 
 pytestmark = pytest.mark.gpu
 

@@ -15,8 +15,7 @@ from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.errors import ChunkDecodeError
 from linumpy_gpu.gpu.staging import ALIGN, Arena, StagingPool
 from linumpy_gpu.io.sources import ByteRequest, LocalFileSource
-
-from .writers import volume, write_zarr_variant
+from tests.helpers.writers import volume, write_zarr_variant
 
 MiB = 1 << 20
 
