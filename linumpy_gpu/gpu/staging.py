@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -61,7 +61,7 @@ class Arena:
         self.size = size
         self._mem = memory
         self.array = np.frombuffer(self._mem, dtype=np.uint8, count=size)
-        self.view = memoryview(self.array)  # type: ignore[arg-type]  # numpy arrays are buffers
+        self.view = memoryview(cast(Any, self.array))  # numpy arrays are buffers
         self.base = self.array.ctypes.data
         self.used = 0
 
