@@ -14,6 +14,8 @@ from linumpy_gpu import __version__
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``linumpy-gpu`` command with ``argv`` (default: the process's arguments); returns
+    the exit code."""
     parser = argparse.ArgumentParser(prog="linumpy-gpu", description=__doc__)
     parser.add_argument("--version", action="version", version=f"linumpy-gpu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -30,6 +30,7 @@ class CpuBackend(Backend):
 
     @classmethod
     def pool(cls) -> ThreadPoolExecutor:
+        """The process's decode thread pool (one thread per core)."""
         with cls._pool_lock:
             if cls._pool is None:
                 cls._pool = ThreadPoolExecutor(

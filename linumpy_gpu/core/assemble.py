@@ -24,8 +24,10 @@ def chunk_array(raw: Any, fmt: ChunkFormat, dtype: np.dtype) -> Any:
 def place(
     out: Any, out_region: tuple[slice, ...], chunk: Any, chunk_region: tuple[slice, ...]
 ) -> None:
+    """Copy ``chunk[chunk_region]`` into ``out[out_region]``."""
     out[out_region] = chunk[chunk_region]
 
 
 def fill(out: Any, out_region: tuple[slice, ...], value: Any) -> None:
+    """Set ``out[out_region]`` to ``value`` (a missing or damaged chunk's place)."""
     out[out_region] = value

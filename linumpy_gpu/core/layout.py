@@ -30,10 +30,12 @@ class ChunkFormat:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of one decoded chunk."""
         return math.prod(self.shape) * self.stored_dtype.itemsize
 
     @property
     def needs_byteswap(self) -> bool:
+        """Whether stored items are in the other byte order than this machine's."""
         return self.stored_dtype.itemsize > 1 and not self.stored_dtype.isnative
 
 
@@ -46,10 +48,12 @@ class ShardIndexFormat:
 
     @property
     def n_entries(self) -> int:
+        """Inner chunks per shard (entries of its index)."""
         return math.prod(self.inner_per_shard)
 
     @property
     def nbytes(self) -> int:
+        """Bytes of a shard's index, its checksum included."""
         return 16 * self.n_entries + (4 if self.crc32c else 0)
 
 
@@ -73,6 +77,7 @@ class ArrayLayout:
 
     @property
     def codec_names(self) -> tuple[str, ...]:
+        """The codecs of a chunk as short texts (``sharding`` first for sharded arrays)."""
         if self.chunk is None:
             return ()
         names = [c.describe() for c in self.chunk.codecs]

@@ -51,4 +51,5 @@ def fits(pieces: Sequence[int], rooms: Sequence[int]) -> bool:
 
 
 def align(n: int) -> int:
+    """``n`` rounded up to a multiple of ``SLOT_ALIGN``."""
     return -(-n // SLOT_ALIGN) * SLOT_ALIGN

@@ -60,6 +60,7 @@ class ChunkPlan:
 
     @property
     def ndim(self) -> int:
+        """Dimensions of the array the plan reads."""
         return self.coords.shape[1]
 
     def __len__(self) -> int:
@@ -76,16 +77,21 @@ class ChunkPlan:
             yield _task(coords, start, step, lo, hi, whole)
 
     def task(self, k: int) -> ChunkTask:
+        """Chunk ``k`` of the plan spelled out as a :class:`ChunkTask`."""
         return _task(*(getattr(self, f)[k].tolist() for f in _FIELDS))
 
     def coords_of(self, k: int) -> tuple[int, ...]:
+        """Grid coordinates of chunk ``k``."""
         return tuple(self.coords[k].tolist())
 
     def coord_tuples(self) -> list[tuple[int, ...]]:
+        """Grid coordinates of every chunk, as tuples."""
         return [tuple(c) for c in self.coords.tolist()]
 
     @classmethod
     def concatenate(cls, plans: Sequence[ChunkPlan], ndim: int) -> ChunkPlan:
+        """One plan of the chunks of ``plans``, in order (an empty plan of ``ndim`` dimensions
+        for none)."""
         if not plans:
             return _empty(ndim)
         return cls(*(np.concatenate([getattr(p, f) for p in plans]) for f in _FIELDS))

@@ -25,6 +25,7 @@ class AxisSelection:
 
     @property
     def stop(self) -> int:
+        """One past the last element selected."""
         return self.start + (self.count - 1) * self.step + 1 if self.count else self.start
 
 
@@ -44,6 +45,7 @@ class Selection:
 
     @property
     def size(self) -> int:
+        """Elements selected."""
         n = 1
         for a in self.axes:
             n *= a.count

@@ -15,6 +15,7 @@ METHODS = ("mean", "nearest", "mode", "gaussian")
 
 
 def array_module(a: Any) -> Any:
+    """numpy or cupy: the module of array ``a``."""
     if isinstance(a, np.ndarray):
         return np
     import cupy

@@ -125,6 +125,7 @@ class GpuBackend(Backend, BatchMemory):
             return self.xp.empty(shape, dtype=dtype)
 
     def free_bytes(self) -> int:
+        """Device memory free for a read: the device's free bytes and cupy's pool's."""
         pool = self.xp.get_default_memory_pool()
         with self.device:
             return int(self.device.mem_info[0]) + int(pool.free_bytes())

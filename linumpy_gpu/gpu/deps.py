@@ -39,6 +39,8 @@ def missing_pieces() -> tuple[str, ...]:
 
 
 def require_gpu() -> None:
+    """Raise :class:`~linumpy_gpu.GpuUnavailableError` naming what the GPU path lacks, if
+    anything."""
     missing = missing_pieces()
     if missing:
         raise GpuUnavailableError("the GPU path needs " + "; ".join(missing) + ". " + INSTALL_HINT)

@@ -71,6 +71,8 @@ class GDSStore(LocalStore):
         return Path(self.root) / key
 
     def get_sync(self, key: str, *, prototype: Any = None, byte_range: Any = None) -> Any:
+        """The bytes of ``key`` (a range of them with ``byte_range``), read through kvikio into a
+        GPU or host buffer as ``prototype`` asks; None where the key does not exist."""
         import kvikio
 
         prototype = prototype or default_buffer_prototype()
@@ -106,6 +108,7 @@ class GDSStore(LocalStore):
         )
 
     def set_sync(self, key: str, value: Any) -> None:
+        """Write ``value`` to ``key`` through kvikio, under a temporary name renamed into place."""
         import kvikio
 
         if self.read_only:

@@ -293,6 +293,7 @@ def _module(device_id: int) -> Any:
 
 
 def kernel(name: str) -> Any:
+    """The compiled CUDA kernel ``name`` (compiled once per process)."""
     import cupy
 
     return _module(cupy.cuda.Device().id).get_function(name)

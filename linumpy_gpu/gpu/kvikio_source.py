@@ -81,6 +81,7 @@ _direct_before = False
 
 
 def kvikio_available() -> bool:
+    """Whether kvikio imports here."""
     try:
         import kvikio  # noqa: F401
     except Exception:
@@ -177,6 +178,8 @@ class KvikioFileSource(LocalFileSource):
         allocate: Allocator | None = None,
         size_hint: int | None = None,
     ) -> list[memoryview | None]:
+        """The bytes of each request (see :meth:`LocalFileSource.fetch`), read by kvikio's
+        thread pool with a bounded number of reads and bytes in flight."""
         import kvikio
 
         out: list[memoryview | None] = [None] * len(requests)

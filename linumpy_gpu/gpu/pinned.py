@@ -33,6 +33,7 @@ class SidePinnedBudget:
         self._lock = threading.Lock()
 
     def reserve(self, nbytes: int) -> bool:
+        """Count ``nbytes`` more pinned bytes, if the budget has room; whether it had."""
         with self._lock:
             if self.pinned + nbytes > self.budget:
                 return False
@@ -41,6 +42,7 @@ class SidePinnedBudget:
             return True
 
     def give_back(self, nbytes: int) -> None:
+        """Count ``nbytes`` pinned bytes as freed."""
         with self._lock:
             self.pinned -= nbytes
 
@@ -82,6 +84,7 @@ class GrowingHostBuffer:
         return 0 if self._view is None else self._view.size
 
     def get(self, nbytes: int) -> np.ndarray:
+        """At least ``nbytes`` of this buffer (grown, pinned where the budget allows)."""
         nbytes = max(1, nbytes)
         if self._view is not None and self._view.size >= nbytes:
             self.is_pinned = True

@@ -178,6 +178,7 @@ class StagingPool:
         return use, fresh
 
     def release(self, arena: Arena) -> None:
+        """Give ``arena`` back to the ring."""
         with self._cond:
             self._free.append(arena)
             self._cond.notify_all()
@@ -189,6 +190,7 @@ class StagingPool:
 
     @property
     def allocated(self) -> int:
+        """Pinned bytes the ring holds (free or lent)."""
         return self._allocated
 
 
@@ -282,6 +284,7 @@ class StagedBatch:
         return dev, starts
 
     def release(self) -> None:
+        """Give every arena of this batch back to the ring (again is harmless)."""
         with self._lock:
             arenas, self.arenas = self.arenas + self._ahead, []
             self._ahead = []

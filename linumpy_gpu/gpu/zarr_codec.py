@@ -40,6 +40,7 @@ def _on_device(buffer_class: Any) -> bool:
 
 
 def spec_nbytes(spec: Any) -> int:
+    """Decoded bytes of one chunk of zarr's chunk ``spec``."""
     dtype = spec.dtype.to_native_dtype() if hasattr(spec.dtype, "to_native_dtype") else spec.dtype
     return math.prod(spec.shape) * np.dtype(dtype).itemsize
 

@@ -6,16 +6,19 @@ from typing import Any
 
 
 def as_slices(region: Any, ndim: int) -> tuple[slice, ...]:
+    """``region`` (integers and slices) as one slice per axis of ``ndim``."""
     region = region if isinstance(region, tuple) else (region,)
     region = tuple(slice(r, r + 1) if isinstance(r, int) else r for r in region)
     return region + (slice(None),) * (ndim - len(region))
 
 
 def join(*parts: str) -> str:
+    """Store path parts joined with ``/``."""
     return "/".join(p.rstrip("/") for p in parts if p)
 
 
 def format_bytes(n: float) -> str:
+    """``n`` bytes as a short text (``12.0 MiB``)."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

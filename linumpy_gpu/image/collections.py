@@ -24,6 +24,7 @@ class Well:
 
     @property
     def fields(self) -> tuple[ngff.FieldRef, ...]:
+        """The well's fields of view (their paths and acquisitions)."""
         return self.meta.images
 
     def image(self, field: int = 0) -> MultiscaleImage:
@@ -58,24 +59,30 @@ class Plate:
 
     @property
     def name(self) -> str | None:
+        """The plate's name, if the metadata gives one."""
         return self.meta.name
 
     @property
     def rows(self) -> tuple[str, ...]:
+        """Row names, in order."""
         return self.meta.rows
 
     @property
     def columns(self) -> tuple[str, ...]:
+        """Column names, in order."""
         return self.meta.columns
 
     @property
     def wells(self) -> tuple[ngff.WellRef, ...]:
+        """The wells the metadata lists."""
         return self.meta.wells
 
     def well(self, row: str, column: str) -> Well:
+        """The well at ``row``, ``column`` (names)."""
         return self[f"{row}/{column}"]
 
     def image(self, row: str, column: str, field: int = 0) -> MultiscaleImage:
+        """Field ``field`` of the well at ``row``, ``column``."""
         return self.well(row, column).image(field)
 
     def __getitem__(self, path: str) -> Well:

@@ -34,14 +34,17 @@ class Level:
     # metadata -------------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:
+        """The level's shape."""
         return self._reader.layout.shape
 
     @property
     def dtype(self) -> np.dtype:
+        """The level's dtype (native byte order: what reads return)."""
         return self._reader.layout.dtype
 
     @property
     def ndim(self) -> int:
+        """Dimensions of the level."""
         return len(self.shape)
 
     @property
@@ -51,10 +54,12 @@ class Level:
 
     @property
     def shards(self) -> tuple[int, ...] | None:
+        """The shard shape of a sharded level, else None."""
         return self._reader.layout.shard_shape
 
     @property
     def codecs(self) -> tuple[str, ...]:
+        """The codecs of a stored chunk, as short texts."""
         layout = self._reader.layout
         if layout.chunk is not None:
             return layout.codec_names
@@ -63,26 +68,32 @@ class Level:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the whole level, decoded."""
         return math.prod(self.shape) * self.dtype.itemsize
 
     @property
     def size(self) -> int:
+        """Elements of the level."""
         return math.prod(self.shape)
 
     @property
     def axes(self) -> tuple[ngff.Axis, ...]:
+        """The image's axes (names, types, units)."""
         return self.image.axes
 
     @property
     def scale(self) -> tuple[float, ...]:
+        """Physical size of one voxel of this level along each axis."""
         return self.image.scale(self.index)
 
     @property
     def translation(self) -> tuple[float, ...]:
+        """Physical position of this level's first voxel centre along each axis."""
         return self.image.translation(self.index)
 
     @property
     def device(self) -> str:
+        """Where reads land: ``cpu`` or ``cuda:N``."""
         return self._reader.backend.name
 
     @property

@@ -78,22 +78,27 @@ class MultiscaleImage:
     # metadata -------------------------------------------------------------------------
     @property
     def version(self) -> str:
+        """The NGFF version the metadata follows."""
         return self.meta.version
 
     @property
     def name(self) -> str | None:
+        """The image's name, if the metadata gives one."""
         return self.meta.name
 
     @property
     def axes(self) -> tuple[ngff.Axis, ...]:
+        """The image's axes (names, types, units)."""
         return self.meta.axes
 
     @property
     def axis_names(self) -> tuple[str, ...]:
+        """The axes' names, in order."""
         return self.meta.axis_names
 
     @property
     def channels(self) -> tuple[ngff.Channel, ...]:
+        """The channels of the ``omero`` metadata (labels, colours, windows), if any."""
         return self.meta.channels
 
     @property
@@ -103,6 +108,7 @@ class MultiscaleImage:
 
     @property
     def device(self) -> str:
+        """Where reads land: ``cpu`` or ``cuda:N``."""
         return self.backend.name
 
     def scale(self, level: int | str = 0) -> tuple[float, ...]:

@@ -78,6 +78,8 @@ Allocator = Callable[[int], "memoryview | None"]
 
 
 class ByteSource(Protocol):
+    """Reads stored bytes: many objects and ranges per call (see :meth:`fetch`)."""
+
     def fetch(
         self,
         requests: Sequence[ByteRequest],
@@ -156,15 +158,18 @@ class LocalFileSource:
 
     @classmethod
     def pool(cls, threads: int) -> ThreadPoolExecutor:
+        """The process's read pool of ``threads`` threads (one pool per size)."""
         with cls._pools_lock:
             if threads not in cls._pools:
                 cls._pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="linumpy-io")
             return cls._pools[threads]
 
     def path_of(self, key: str) -> str:
+        """The file that holds ``key``."""
         return os.path.join(self.root, "") + (key if os.sep == "/" else key.replace("/", os.sep))
 
     def versions(self, keys: Sequence[str]) -> list[Hashable | None]:
+        """Per key, a token that changes whenever its file is replaced (None if missing)."""
         return [file_version(self.path_of(k)) for k in keys]
 
     @contextlib.contextmanager
@@ -290,6 +295,8 @@ class LocalFileSource:
         allocate: Allocator | None = None,
         size_hint: int | None = None,
     ) -> list[memoryview | None]:
+        """The bytes of each request (None where the file does not exist), read by a thread
+        pool sized from the read size and the storage's measured speed."""
         by_key: dict[str, list[int]] = {}
         for i, r in enumerate(requests):
             by_key.setdefault(r.key, []).append(i)
@@ -456,11 +463,13 @@ class ZarrStoreSource:
         allocate: Allocator | None = None,
         size_hint: int | None = None,
     ) -> list[memoryview | None]:
+        """The bytes of each request through the store's async ``get``, many at once."""
         from zarr.core.sync import sync
 
         return sync(self._fetch_all(requests))
 
     def versions(self, keys: Sequence[str]) -> list[Hashable | None]:
+        """None for every key: a zarr store does not say when an object was replaced."""
         return [None] * len(keys)
 
     async def _fetch_all(self, requests: Sequence[ByteRequest]) -> list[memoryview | None]:

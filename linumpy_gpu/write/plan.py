@@ -38,6 +38,7 @@ class ImagePlan:
 
     @property
     def zarr_format(self) -> Literal[2, 3]:
+        """The zarr format the NGFF version is stored in."""
         return 3 if self.version == "0.5" else 2
 
 
@@ -289,6 +290,7 @@ def _level_transforms(
 
 
 def label_colors(colors: Any) -> list[dict[str, Any]]:
+    """Label colours given as ``{value: (r, g, b, a)}`` or NGFF dicts, checked, as NGFF dicts."""
     if colors is None:
         return []
     if isinstance(colors, dict):

@@ -69,18 +69,26 @@ c_void_p = ctypes.c_void_p
 
 
 class DecompressOpts(ctypes.Structure):
+    """nvCOMP's batched decompression options (zeroed: the default backend)."""
+
     _fields_ = [("backend", ctypes.c_int), ("reserved", ctypes.c_char * 60)]
 
 
 class CompressOpts(ctypes.Structure):
+    """nvCOMP's batched compression options (zeroed: the defaults)."""
+
     _fields_ = [("reserved", ctypes.c_char * 64)]
 
 
 class Alignments(ctypes.Structure):
+    """The address alignments nvCOMP requires of input, output and workspace buffers."""
+
     _fields_ = [("input", c_size_t), ("output", c_size_t), ("temp", c_size_t)]
 
 
 class Properties(ctypes.Structure):
+    """nvCOMP's version and the CUDA runtime version it was built with."""
+
     _fields_ = [("version", ctypes.c_uint32), ("cudart_version", ctypes.c_uint32)]
 
 
@@ -159,6 +167,7 @@ class ZstdApi:
         )
 
     def status_string(self, status: int) -> str:
+        """nvCOMP's text for status code ``status``."""
         raw = self.lib.nvcompGetStatusString(int(status))
         return raw.decode() if raw else f"nvcomp status {status}"
 
@@ -173,6 +182,7 @@ class ZstdApi:
         return out
 
     def decompress_temp_bytes(self, n: int, max_chunk: int, total: int, stream: int) -> int:
+        """Workspace bytes a decode of ``n`` chunks of at most ``max_chunk`` bytes takes."""
         out = c_size_t(0)
         self._check(
             self.lib.nvcompBatchedZstdDecompressGetTempSize(
@@ -195,6 +205,7 @@ class ZstdApi:
         statuses: int,
         stream: int,
     ) -> None:
+        """Queue a batched decode on ``stream`` (arguments are device addresses and counts)."""
         self._check(
             self.lib.nvcompBatchedZstdDecompressAsync(
                 comp_ptrs,
@@ -213,6 +224,7 @@ class ZstdApi:
         )
 
     def compress_temp_bytes(self, n: int, max_chunk: int, total: int, stream: int) -> int:
+        """Workspace bytes an encode of ``n`` chunks of at most ``max_chunk`` bytes takes."""
         out = c_size_t(0)
         self._check(
             self.lib.nvcompBatchedZstdCompressGetTempSize(
@@ -223,6 +235,7 @@ class ZstdApi:
         return out.value
 
     def max_compressed_bytes(self, max_chunk: int) -> int:
+        """The most bytes a chunk of ``max_chunk`` bytes can compress to."""
         out = c_size_t(0)
         self._check(
             self.lib.nvcompBatchedZstdCompressGetMaxOutputChunkSize(
@@ -245,6 +258,7 @@ class ZstdApi:
         statuses: int,
         stream: int,
     ) -> None:
+        """Queue a batched encode on ``stream`` (arguments are device addresses and counts)."""
         self._check(
             self.lib.nvcompBatchedZstdCompressAsync(
                 in_ptrs,
@@ -269,4 +283,5 @@ def zstd_api() -> ZstdApi:
 
 
 def nvcomp_version() -> str:
+    """The loaded nvCOMP's version, as ``major.minor.patch``."""
     return ".".join(map(str, zstd_api().version))

@@ -35,6 +35,7 @@ _BLOCK = 128
 
 
 def round_up(n: int, k: int) -> int:
+    """``n`` rounded up to a multiple of ``k``."""
     return -(-n // k) * k
 
 
@@ -67,6 +68,7 @@ class DeviceSlot:
     ptr: int
 
     def as_array(self) -> Any:
+        """The chunk as a 1-D uint8 cupy array (a view)."""
         return self.batch.slot(self.index)
 
 
@@ -95,6 +97,7 @@ class Workspace:
 
     @property
     def used(self) -> int:
+        """Bytes carved so far."""
         return sum(r[3] for r in self.regions)
 
     def _rooms(self) -> list[int]:
