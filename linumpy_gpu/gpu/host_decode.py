@@ -1,15 +1,14 @@
 """zstd chunks of small reads decoded on host cores instead of nvCOMP.
 
 nvCOMP's zstd decodes each chunk on one thread block, so a batch of 4 MiB chunks takes
-30-60 ms however few chunks it holds. A host core decodes such a chunk in about 9 ms
-(0.45 GB/s per core on the H200 host), so a read whose chunks the host threads decode in
-less time than one nvCOMP batch (a tile of a tile-by-tile pipeline) is decoded on the host
-entirely. Larger reads stay on nvCOMP: giving host threads part of every batch was
-measured neutral to harmful there (the host cores also serve the reads that feed the GPU;
-docs/performance.md), though the engine supports such splits (``Placement.host``).
+30-60 ms however few chunks it holds, while a host core decodes such a chunk in about 9 ms.
+A read whose chunks the host threads decode in less time than one nvCOMP batch (a tile of
+a tile-by-tile pipeline) is therefore decoded on the host entirely; larger reads stay on
+nvCOMP whole, since the host cores also serve the reads that feed the GPU. Which side is
+faster for a read size is learned from the reads themselves.
 
 Each worker thread decodes a unit of chunks into one of its two host buffers (pinned within
-the side budget of :mod:`.side_pinned`), copies the unit to the device on its own stream
+the side budget of :mod:`.pinned`), copies the unit to the device on its own stream
 (after the read's previous GPU work, via an event), and records an event the caller's
 stream waits on before placing the chunks.
 """
@@ -39,27 +38,25 @@ def default_threads() -> int:
 
 UNIT_BYTES = 4 << 20  # decoded bytes per unit of work (one copy to the device each)
 # Before anything was timed: one thread block decodes a chunk at about this rate, so an
-# nvCOMP batch takes about one chunk's time (4 MiB: 33-43 ms on an H200, nvCOMP 6), and
-# the host rate per thread (zstd level 3, ratio 1.55: 0.45-0.6 GB/s per core there).
+# nvCOMP batch takes about one chunk's time (a 4 MiB chunk: 30-40 ms), and the host rate
+# per thread (zstd level 3: about 0.45 GB/s per core).
 NVCOMP_CHUNK_RATE = 120e6
 MIN_GPU_SECONDS = 0.002
 INITIAL_THREAD_RATE = 0.45e9
 # Reads the pool would take longer than this for stay on nvCOMP whatever was measured
 # (nvCOMP batches take 30-80 ms): a batch timed while other threads decoded at once (a
-# tile pipeline's workers) must not send a whole level to the host (run 25: a cold plane
-# level decoded on host threads, 0.54 s against 0.29 on nvCOMP).
+# tile pipeline's workers) must not send a whole level to the host, where it decodes at
+# about half nvCOMP's speed.
 MAX_HOST_READ_SECONDS = 0.1
 # A read size one side lost on is sent to that side again every RETIME_EVERY reads while its
 # measured time is within RETIME_WITHIN of the winner's: one slow early measurement (a
 # worker setting up, the machine busy, nvCOMP's first batches) must not keep a read size on
-# the other side for good (128^3 tiles read one by one: 0.78-0.80 GB/s locked on nvCOMP
-# against 1.14-1.37, run 73; 64^3 tiles 1.56-1.70 locked on the pool, whose 15 ms beat an
-# nvCOMP time of 16.8 ms learned early, against 1.72-1.87 on nvCOMP's 13 ms, run 77).
+# the slower side for good.
 RETIME_EVERY = 16
 RETIME_WITHIN = 1.5
 # A read size one side has been timed on fewer than this many times is timed again however
-# far behind it is: its first batches carry one-off costs (nvCOMP's first 125-chunk batch
-# in a process, learned as 20 ms against 13 ms later, kept 64^3 tiles on the pool, run 78).
+# far behind it is: its first batches carry one-off costs (nvCOMP's first batch in a
+# process takes half as long again as later ones).
 SETTLED_AFTER = 3
 # Wall times have one-sided noise (set-up, other work on the machine): a faster time moves
 # a learned time most of the way, a slower one a little.
@@ -124,8 +121,8 @@ class HostDecoder:
     @contextmanager
     def decoding(self) -> Iterator[DecodeTurn]:
         """Marks a batch's decode; times measured within it are learned only if no other
-        batch decoded meanwhile (8 threads reading tiles at once made nvCOMP batches look
-        ten times slower and sent the tiles to the host threads, run 71)."""
+        batch decoded meanwhile (threads reading tiles at once make each nvCOMP batch look
+        several times slower than it is)."""
         turn = DecodeTurn()
         with self._lock:
             if self._decoding:

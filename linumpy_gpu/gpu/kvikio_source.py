@@ -2,9 +2,9 @@
 
 A full level of 64^3 chunks is 8192 files of about 330 KB. Read from Python threads, every
 ``open``/``pread``/``close`` hands the GIL around, and the threads queue behind one another
-and behind the thread driving the GPU: on the H200 host the pread fetch peaked at 4 threads
-(8.4 GB/s of compressed bytes) and got slower with more. Here one Python thread only opens
-files and submits reads; kvikio's threads copy the bytes without the GIL.
+and behind the thread driving the GPU: a Python-thread fetch peaks at about 4 threads and
+gets slower with more. Here one Python thread only opens files and submits reads;
+kvikio's threads copy the bytes without the GIL.
 """
 
 from __future__ import annotations
@@ -34,25 +34,23 @@ from linumpy_gpu.io.sources import (
 # usual limit of 1024 descriptors.
 OPEN_FILES = 128
 # Reads in flight on the page cache: each is a memory copy, and more at once only compete
-# for cores with the thread driving the GPU (H200 host, a 64^3 level: kvikio's pool with 4
-# threads 9.2 GB/s, with 32 threads 7.4). Storage slower than that per read (measured as
-# the pread source does) gets more reads in flight: up to SLOW_BYTES_IN_FLIGHT of them.
+# for cores with the thread driving the GPU (a warm 64^3 level reads about a quarter slower
+# with 32 in flight than with 4). Storage slower than that per read (measured as the pread
+# source does) gets more reads in flight: up to SLOW_BYTES_IN_FLIGHT of them.
 WARM_READS = 8
 # Bytes a fetch reads with WARM_READS in flight before it judges the storage's speed.
 PROBE_BYTES = 8 << 20
-# On slower storage, reads in flight are bounded by their bytes, not only their number (H200
-# host, cold cache: 128 reads of 330 KB reached the disk's rate; 128 reads of 2.7 MB only
-# 46% of it. benchmarks/probe_cold.py, run 26: 16 / 48 / 128 / 384 MiB in flight gave
-# 50-74 / 84-89 / 90-91 / 80-86% of the ceiling for a sharded level, 74-87 / 84-95 /
-# 94-101 / 86-101% for 128^3 chunk files). Counted per read as submitted: a shard's inner
-# chunks come as runs of several MiB each.
+# On slower storage, reads in flight are bounded by their bytes, not only their number: a
+# disk reaches its rate with 128 reads of 330 KB in flight but not with 128 reads of
+# several MiB, and about 128 MiB in flight serves both best (less starves the disk, more
+# makes it seek). Counted per read as submitted: a shard's inner chunks come as runs of
+# several MiB each.
 SLOW_BYTES_IN_FLIGHT = 128 << 20
 # Looking files up ahead (``warm_metadata``) costs the thread driving the GPU its share of the
 # GIL; it pays only on storage, and PROBE_BYTES alone misjudge a busy page cache as slow
-# often enough (H200 host: a warm 64^3 level fell from 10.0-10.9 to 7.3-8.2 GB/s when
-# every such fetch looked its files up). So it waits until a whole fetch of at least
-# CONFIRM_BYTES came in below CONFIRMED_SLOW_RATE: the page cache fills pinned memory at
-# 6-25 GB/s there, its disk at 1.5-2.1.
+# often enough (a warm level reads a quarter slower when every fetch looks its files up).
+# So it waits until a whole fetch of at least CONFIRM_BYTES came in below
+# CONFIRMED_SLOW_RATE: a page cache fills pinned memory at 6-25 GB/s, a disk at about 2.
 CONFIRM_BYTES = 64 << 20
 CONFIRMED_SLOW_RATE = 3e9
 # Before that (a cold read's first fetch, its largest: up to 3/4 of the pinned ring), a
@@ -60,8 +58,8 @@ CONFIRMED_SLOW_RATE = 3e9
 # at a time, for as long as the whole fetch so far comes in below CONFIRMED_SLOW_RATE: a
 # misjudged page cache then pays for one window, not for every file of the fetch. Plane
 # chunks are one file per directory, so each cold open reads a directory and an inode.
-# Whole files only: a shard's runs (few files) gained nothing and measured worse with it
-# (runs 67-68: cold shards 63-66% of the ceiling against 75%).
+# Whole files only: a shard's runs touch few files, and looking them up ahead only takes
+# the thread's time.
 LOOK_AHEAD_FILES = 64
 # kvikio's pool size when the user has not chosen one (KVIKIO_NTHREADS): as many reads in
 # flight as a disk wants; on the page cache extra threads cost nothing here (no GIL).

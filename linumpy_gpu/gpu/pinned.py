@@ -5,10 +5,10 @@ bytes into a buffer of their own before one copy to or from the device: frames t
 land in the ring (it stayed full past its wait, or they came through zarr's codec pipeline),
 chunks decoded on the CPU by other codecs, and compressed chunks on their way back from the
 GPU encoder. Each thread keeps one such buffer per path and grows it by doubling. Pinned,
-those buffers once grew outside every cap (8 tile readers spilling past the ring each held
-a batch's worth). Here they are pinned while all of them together fit
-DEFAULT_BUDGET (256 MiB); past it a buffer is ordinary memory,
-which the driver copies through its own staging (slower, bounded).
+such buffers would grow outside every cap (tile readers spilling past the ring each holding
+a batch's worth). Here they are pinned while all of them together fit DEFAULT_BUDGET
+(256 MiB); past it a buffer is ordinary memory, which the driver copies through its own
+staging (slower, bounded).
 """
 
 from __future__ import annotations

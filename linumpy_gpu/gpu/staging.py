@@ -7,7 +7,7 @@ so the next batch's reads never wait for a decode. Threads reading at once share
 a batch that knows about how many bytes it will read takes that many arenas before its
 first read, all at once and in turn with the other readers, so readers queue for the ring
 instead of each filling part of it and spilling the rest into ordinary memory (8 threads
-reading plane-chunked tiles, 345 MB each, ran 3x slower than one thread that way, run 71).
+reading plane-chunked tiles would otherwise run slower together than one thread alone).
 A read that cannot get an arena within a short wait reads into ordinary memory instead of
 exceeding the cap.
 """
@@ -30,7 +30,7 @@ ARENA_BYTES = 64 << 20
 # How long a batch waits for arenas held by others before reading into ordinary memory:
 # long enough for the previous batch's upload to give its arenas back (~15 ms for 768 MiB),
 # short enough that readers filling the ring from several threads do not queue behind one
-# another (2 s here once made 8 threads of tile reads 50x slower).
+# another for long.
 ARENA_WAIT = 0.1
 # How long a batch that holds nothing waits in turn for the arenas it asked for up front
 # (others give theirs back once uploaded, a few ms to tens of ms each); past it, the batch

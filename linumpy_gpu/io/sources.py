@@ -27,7 +27,7 @@ from linumpy_gpu.io import files as fileio
 
 MAX_IO_THREADS = min(16, 2 * (os.cpu_count() or 2))
 # Below this many bytes per read, a thread spends more time handing the GIL around than
-# copying (measured on an H200 host: 330 KB reads peak at 4 threads, 2.7 MB reads at 16).
+# copying (330 KB reads peak at about 4 threads, 2.7 MB reads at 16).
 BYTES_PER_THREAD = 96 << 10
 # Storage slower than the page cache (a disk, a network file system) needs many requests in
 # flight rather than few threads: below this rate per thread at the size-based thread count,
