@@ -286,7 +286,7 @@ def test_small_reads_on_host_threads_large_ones_on_nvcomp(tmp_path, cp):
     backend = GpuBackend(0, host_threads=2)
     reader = ChunkedArrayReader(arr, backend)
     full = arr[...]
-    # what the rates would be measured as on the H200 host (the test controls them)
+    # rates as a GPU host measures them (the test controls them)
     nbytes = 32 * 64 * 64 * 2
 
     def rates_as_on_the_h200_host():

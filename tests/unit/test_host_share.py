@@ -157,7 +157,7 @@ class _Stream:
 
 def test_a_read_in_which_a_worker_set_itself_up_is_not_timed():
     """A worker's first unit creates its stream and pinned buffers; a read that slow must
-    not teach the decoder that the pool is slower than nvCOMP (run 73)."""
+    not teach the decoder that the pool is slower than nvCOMP."""
     decoder = HostDecoder(0, 14)
     decoder.thread_rate = 0.45e9
     key = (4 * MiB, (27).bit_length())
@@ -196,7 +196,7 @@ def test_a_read_size_the_pool_lost_on_is_timed_again_now_and_then():
 
 
 def test_a_read_size_nvcomp_lost_on_is_timed_again_now_and_then():
-    """The other way round (run 77): an nvCOMP time learned from early, slow batches
+    """The other way round: an nvCOMP time learned from early, slow batches
     (16.8 ms for 125 chunks of 512 KiB, where later batches took 13) must not keep such
     reads on the pool (15 ms) for good."""
     from linumpy_gpu.gpu.host_decode import RETIME_EVERY
@@ -222,7 +222,7 @@ def test_a_read_size_nvcomp_lost_on_is_timed_again_now_and_then():
 def test_a_side_timed_only_a_few_times_is_timed_again_however_far_behind():
     """nvCOMP's first batch in a process carries one-off costs: learned from it (and two
     more) the 125-chunk batch looked 20 ms against the pool's 13, more than 1.5x, where
-    later batches took 13 ms (run 78). Until it has been timed SETTLED_AFTER times a side
+    later batches took 13 ms. Until it has been timed SETTLED_AFTER times a side
     is tried again every RETIME_EVERY reads whatever its time; slower times then move the
     learned one only a little."""
     from linumpy_gpu.gpu.host_decode import RETIME_EVERY, SETTLED_AFTER
