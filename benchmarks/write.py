@@ -60,6 +60,9 @@ BYTES = {"name": "bytes", "configuration": {"endian": "little"}}
 
 def add_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--levels", type=int, default=4, help="pyramid levels (default: 4)")
+    ap.add_argument(
+        "--no-peers", action="store_true", help="time linumpy_gpu only (before/after runs)"
+    )
 
 
 def level_layout(
@@ -347,7 +350,8 @@ def main() -> None:
         shards = layout.shard_shape(args.shape)
         print(f"\n## {name}: chunks {chunks}, shards {shards}, {args.levels} levels", flush=True)
         writers = [(device, OURS, "") for device in args.devices]
-        writers += [("cpu", peer, note) for peer, (_, note) in PEERS.items()]
+        if not args.no_peers:
+            writers += [("cpu", peer, note) for peer, (_, note) in PEERS.items()]
         for device, writer, note in writers:
             module = PEERS.get(writer, ("linumpy_gpu", ""))[0]
             if not common.installed(module):
