@@ -33,6 +33,64 @@ def content_size(frame: Any) -> int | None:
     return value + 256 if width == 2 else value
 
 
+def frame_sizes(data: Any) -> list[int | None]:
+    """The decoded size each frame of ``data`` declares (None for a frame that declares
+    none), walking every frame to its end: zstd data may be several frames back to back,
+    and skippable frames (which decode to nothing) count as 0. Raises :class:`CodecError`
+    where the frames do not walk to the end of the data."""
+    view = memoryview(data).cast("B")
+    sizes: list[int | None] = []
+    pos = 0
+    while pos < len(view):
+        if len(view) - pos < 8 and not sizes:
+            raise CodecError("zstd: shorter than a frame header")
+        magic = int.from_bytes(view[pos : pos + 4], "little")
+        if magic & 0xFFFFFFF0 == 0x184D2A50:  # a skippable frame: a length, then that many bytes
+            length = int.from_bytes(view[pos + 4 : pos + 8], "little")
+            pos += 8 + length
+            sizes.append(0)
+            continue
+        end, declared = _frame(view, pos)
+        sizes.append(declared)
+        pos = end
+    if pos != len(view) or not sizes:
+        raise CodecError("zstd: the frames do not end where the data ends")
+    return sizes
+
+
+def _frame(view: memoryview, pos: int) -> tuple[int, int | None]:
+    """(end, declared size or None) of the zstd frame starting at ``pos``."""
+    if bytes(view[pos : pos + 4]) != MAGIC or len(view) < pos + 6:
+        raise CodecError("zstd: not a zstd frame")
+    descriptor = view[pos + 4]
+    single_segment, dict_flag = (descriptor >> 5) & 1, descriptor & 3
+    has_checksum = (descriptor >> 2) & 1
+    start = pos + 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    width = ((1 if single_segment else 0), 2, 4, 8)[descriptor >> 6]
+    if len(view) < start + width:
+        raise CodecError("zstd: the frame header is truncated")
+    declared = None
+    if width:
+        declared = int.from_bytes(view[start : start + width], "little")
+        declared += 256 if width == 2 else 0
+    at = start + width
+    while True:
+        if at + 3 > len(view):
+            raise CodecError("zstd: a block header is truncated")
+        header = int.from_bytes(view[at : at + 3], "little")
+        at += 3
+        last, kind, size = header & 1, (header >> 1) & 3, header >> 3
+        if kind == 3 or size > BLOCK_MAX:
+            raise CodecError("zstd: a block header is damaged")
+        at += 1 if kind == 1 else size
+        if last:
+            break
+    at += 4 if has_checksum else 0
+    if at > len(view):
+        raise CodecError("zstd: the frame is truncated")
+    return at, declared
+
+
 def known_output(frame: Any) -> int | None:
     """For a frame without a declared size: the bytes its raw and RLE blocks produce (the
     part of its output known without decoding), or None where the frame's block headers do
@@ -60,53 +118,66 @@ def known_output(frame: Any) -> int | None:
 
 
 def decode(data: Any, limit: int) -> Any:
-    """Decode one zstd frame of at most ``limit`` bytes (numcodecs' zstd, bounded by the
-    size the frame declares, or by what its blocks can produce where it declares none)."""
+    """Decode zstd data (one frame, or several back to back) of at most ``limit`` bytes
+    with numcodecs' zstd, bounded by the sizes the frames declare, or by what their blocks
+    can produce where they declare none."""
     import numcodecs
 
-    declared = content_size(data)
-    if declared is not None and declared > limit:
-        raise CodecError(
-            f"zstd: the frame declares {declared} bytes, more than the {limit} it holds"
-        )
-    if declared is None:
-        known = known_output(data)
-        if known is None:
-            raise CodecError("zstd: not a zstd frame, or its block headers are damaged")
-        if known > limit:
-            raise CodecError(f"zstd: the frame holds more than the {limit} bytes of the chunk")
+    sizes = frame_sizes(data)
+    if all(n is not None for n in sizes):
+        total = sum(n or 0 for n in sizes)
+        if total > limit:
+            raise CodecError(
+                f"zstd: the frames declare {total} bytes, more than the {limit} it holds"
+            )
+        out = np.empty(total, dtype=np.uint8)
+        if total:
+            try:
+                numcodecs.Zstd().decode(data, out=out)
+            except Exception as exc:  # numcodecs raises RuntimeError/ValueError with zstd's reason
+                raise CodecError(f"zstd (CPU): {type(exc).__name__}: {_first_line(exc)}") from exc
+        return out
+    if len(sizes) != 1:
+        raise CodecError("zstd: several frames, some without a declared size")
+    known = known_output(data)
+    if known is None:
+        raise CodecError("zstd: not a zstd frame, or its block headers are damaged")
+    if known > limit:
+        raise CodecError(f"zstd: the frame holds more than the {limit} bytes of the chunk")
     try:
-        if declared is not None:
-            out = np.empty(declared, dtype=np.uint8)
-            numcodecs.Zstd().decode(data, out=out)
-            return out
         return numcodecs.Zstd().decode(data)
     except Exception as exc:  # numcodecs raises RuntimeError/ValueError with zstd's reason
         raise CodecError(f"zstd (CPU): {type(exc).__name__}: {_first_line(exc)}") from exc
 
 
 def decode_into(frame: Any, out: np.ndarray) -> str | None:
-    """Decode one zstd frame into ``out`` (uint8, exactly the expected size) on the CPU.
+    """Decode zstd data into ``out`` (uint8, exactly the expected size) on the CPU.
 
-    Returns None, or why the frame does not decode to exactly ``out.size`` bytes."""
+    Returns None, or why the data does not decode to exactly ``out.size`` bytes."""
     import numcodecs
 
-    declared = content_size(frame)
-    if declared is not None and declared != out.size:
-        return f"the zstd frame declares {declared} bytes, expected {out.size}"
-    if declared == out.size:
+    if content_size(frame) != out.size:  # not the common case of one frame of this size
         try:
-            numcodecs.Zstd().decode(frame, out=out)
-        except Exception as exc:
-            return f"zstd (CPU): {type(exc).__name__}: {_first_line(exc)}"
-        return None
+            sizes = frame_sizes(frame)
+        except CodecError as exc:
+            return str(exc)
+        if all(n is not None for n in sizes):
+            total = sum(n or 0 for n in sizes)
+            if total != out.size:
+                return f"the zstd frame declares {total} bytes, expected {out.size}"
+        else:
+            try:
+                decoded = np.frombuffer(decode(frame, out.size), dtype=np.uint8)
+            except CodecError as exc:
+                return str(exc)
+            if decoded.size != out.size:
+                return f"zstd (CPU) decoded {decoded.size} bytes, expected {out.size}"
+            out[...] = decoded
+            return None
     try:
-        decoded = np.frombuffer(decode(frame, out.size), dtype=np.uint8)
-    except CodecError as exc:
-        return str(exc)
-    if decoded.size != out.size:
-        return f"zstd (CPU) decoded {decoded.size} bytes, expected {out.size}"
-    out[...] = decoded
+        numcodecs.Zstd().decode(frame, out=out)
+    except Exception as exc:  # numcodecs raises RuntimeError/ValueError with zstd's reason
+        return f"zstd (CPU): {type(exc).__name__}: {_first_line(exc)}"
     return None
 
 

@@ -53,7 +53,7 @@ def test_unreadable_file_names_the_file(files):
         KvikioFileSource(root).fetch([ByteRequest("c/dir")])
 
 
-def test_images_read_through_kvikio_by_default_pread_on_request(tmp_path, monkeypatch):
+def test_images_read_through_kvikio_and_the_engine_reader_reads_the_same(tmp_path):
     from linumpy_gpu.gpu.kvikio_source import KvikioFileSource
 
     data = volume(shape=(40, 64, 64))
@@ -65,10 +65,5 @@ def test_images_read_through_kvikio_by_default_pread_on_request(tmp_path, monkey
     reader = ChunkedArrayReader(arr, GpuBackend())
     assert type(reader.source) is KvikioFileSource
     np.testing.assert_array_equal(reader.read(()).get(), arr[...])
-    monkeypatch.setenv("LINUMPY_GPU_FETCH", "pread")
-    reader = ChunkedArrayReader(arr, GpuBackend())
-    assert type(reader.source) is LocalFileSource
-    np.testing.assert_array_equal(reader.read(()).get(), arr[...])
-    monkeypatch.setenv("LINUMPY_GPU_FETCH", "fast")
-    with pytest.raises(ValueError, match="LINUMPY_GPU_FETCH"):
-        ChunkedArrayReader(arr, GpuBackend())
+    pread = ChunkedArrayReader(arr, GpuBackend(), source=LocalFileSource(tmp_path / "a.zarr"))
+    np.testing.assert_array_equal(pread.read(()).get(), arr[...])

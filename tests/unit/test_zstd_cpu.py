@@ -6,6 +6,7 @@ import numcodecs
 import numpy as np
 import pytest
 
+import linumpy_gpu as lg
 from linumpy_gpu.codecs.zstd import content_size as zstd_content_size
 from linumpy_gpu.codecs.zstd import decode_into as zstd_decode_into
 from tests.gpu.damage_case import damage
@@ -80,3 +81,26 @@ def test_a_smaller_declared_frame_is_refused_not_decoded_into_the_front(chunk):
     reason = zstd_decode_into(frame, out)
     assert reason == f"the zstd frame declares {raw.size} bytes, expected {raw.size * 2}"
     assert (out == 0xEE).all()
+
+
+def test_frames_back_to_back_are_one_chunk(chunk):
+    """zstd data may be several frames end to end (valid for every zstd decoder): the
+    bounded decoders decode them whole, and refuse them when their sizes add up wrong."""
+    from linumpy_gpu.codecs.zstd import decode, frame_sizes
+
+    raw, _ = chunk
+    half = raw.size // 2
+    data = numcodecs.Zstd(level=3).encode(raw[:half]) + numcodecs.Zstd(level=3).encode(raw[half:])
+    assert frame_sizes(data) == [half, raw.size - half]
+    out = np.empty(raw.size, dtype=np.uint8)
+    assert zstd_decode_into(data, out) is None
+    np.testing.assert_array_equal(out, raw)
+    np.testing.assert_array_equal(np.frombuffer(decode(data, raw.size), np.uint8), raw)
+    short = np.full(raw.size + 1, 0xEE, dtype=np.uint8)
+    assert (
+        zstd_decode_into(data, short)
+        == f"the zstd frame declares {raw.size} bytes, expected {raw.size + 1}"
+    )
+    assert (short == 0xEE).all()
+    with pytest.raises(lg.CodecError, match="more than"):
+        decode(data, raw.size - 1)
