@@ -13,6 +13,7 @@ from linumpy_gpu._version import __version__
 from linumpy_gpu.errors import (
     ChunkDecodeError,
     ChunkWriteError,
+    CodecError,
     ConfigError,
     DamagedChunkWarning,
     DeviceFallbackWarning,
@@ -36,6 +37,7 @@ from linumpy_gpu.errors import (
     StoreExistsError,
     StoreNotFoundError,
     StorePermissionError,
+    UnresolvedParametersError,
     UnsupportedWriteError,
     WriteError,
 )
@@ -76,6 +78,7 @@ def gpu_zarr_context(*args: Any, **kwargs: Any) -> AbstractContextManager[None]:
 __all__ = [
     "ChunkDecodeError",
     "ChunkWriteError",
+    "CodecError",
     "ConfigError",
     "DamagedChunkWarning",
     "DeviceFallbackWarning",
@@ -104,6 +107,7 @@ __all__ = [
     "StoreExistsError",
     "StoreNotFoundError",
     "StorePermissionError",
+    "UnresolvedParametersError",
     "UnsupportedWriteError",
     "Well",
     "WriteError",
