@@ -31,7 +31,14 @@ def main(path: Path) -> None:
         print(f"writing on the CPU ({exc.__class__.__name__})")
         device = "cpu"
     img = lg.write_ome_zarr(
-        path, volume, axes="zyx", scale=(3.5, 1.5, 1.5), levels=3, overwrite=True, progress=True
+        path,
+        volume,
+        axes="zyx",
+        units=("micrometer",) * 3,
+        scale=(3.5, 1.5, 1.5),
+        levels=3,
+        overwrite=True,
+        progress=True,
     )
     xp = np if device == "cpu" else cupy
     segmentation = (volume > xp.percentile(volume, 90)).astype("u1")

@@ -38,6 +38,7 @@ from linumpy_gpu.errors import (
     StoreNotFoundError,
     StorePermissionError,
     UnresolvedParametersError,
+    UnsupportedTransformationError,
     UnsupportedWriteError,
     WriteError,
 )
@@ -46,6 +47,7 @@ from linumpy_gpu.image import (
     Level,
     MultiscaleImage,
     Plate,
+    Scene,
     SeriesCollection,
     Well,
     open_image,
@@ -56,7 +58,7 @@ from linumpy_gpu.write import write_labels, write_ome_zarr
 
 def open_ome_zarr_gpu(
     path: Any, device: int = 0, **kwargs: Any
-) -> MultiscaleImage | Plate | Well | SeriesCollection:
+) -> MultiscaleImage | Plate | Well | SeriesCollection | Scene:
     """Open an OME-Zarr store whose reads land in cupy arrays on GPU ``device``.
 
     Raises :class:`GpuUnavailableError` naming whatever is missing (cupy, nvCOMP, a CUDA
@@ -100,6 +102,7 @@ __all__ = [
     "NvcompError",
     "OutputMismatchError",
     "Plate",
+    "Scene",
     "RemoteStoreError",
     "SelectionError",
     "SeriesCollection",
@@ -108,6 +111,7 @@ __all__ = [
     "StoreNotFoundError",
     "StorePermissionError",
     "UnresolvedParametersError",
+    "UnsupportedTransformationError",
     "UnsupportedWriteError",
     "Well",
     "WriteError",

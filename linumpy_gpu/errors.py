@@ -121,6 +121,12 @@ class CodecError(LinumpyGpuError, ValueError):
     :class:`ChunkDecodeError` naming the chunk."""
 
 
+class UnsupportedTransformationError(LinumpyGpuError, NotImplementedError):
+    """A coordinate transformation linumpy_gpu does not apply to voxels (displacement and
+    coordinate fields): it is read and exposed, but not resampled; the message names its
+    type."""
+
+
 class UnresolvedParametersError(InvalidArgumentError):
     """A transformation's parameters live in a zarr array (its ``path``) that has not been
     loaded; ``linumpy_gpu.ngff.resolve_parameters`` loads them."""
@@ -243,6 +249,7 @@ __all__ = [
     "StoreNotFoundError",
     "StorePermissionError",
     "UnresolvedParametersError",
+    "UnsupportedTransformationError",
     "UnsupportedWriteError",
     "WriteError",
     "warn",

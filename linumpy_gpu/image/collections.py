@@ -45,6 +45,12 @@ class Well:
     def __len__(self) -> int:
         return len(self.meta.images)
 
+    def _repr_html_(self) -> str:
+        """An HTML summary for Jupyter: the well's fields of view."""
+        from linumpy_gpu.image.repr import well_html
+
+        return well_html(self)
+
     def __repr__(self) -> str:
         return f"<Well '{self.path}': {len(self)} field(s)>"
 
@@ -97,6 +103,12 @@ class Plate:
             ) from None
         return Well(group, join(self.path, path), self.backend)
 
+    def _repr_html_(self) -> str:
+        """An HTML summary for Jupyter: rows, columns and the wells present."""
+        from linumpy_gpu.image.repr import plate_html
+
+        return plate_html(self)
+
     def __repr__(self) -> str:
         return (
             f"<Plate '{self.path}' {self.name or ''}: {len(self.rows)} rows x "
@@ -145,8 +157,54 @@ class SeriesCollection:
         p = self.series_paths[int(i)]
         return _open_child(self.group, p, join(self.path, p), self.backend)
 
+    def _repr_html_(self) -> str:
+        """An HTML summary for Jupyter: the series' paths."""
+        from linumpy_gpu.image.repr import series_html
+
+        return series_html(self)
+
     def __repr__(self) -> str:
         return f"<SeriesCollection '{self.path}' (bioformats2raw): {len(self)} series>"
+
+
+class Scene:
+    """An NGFF 0.6 scene: images placed in shared coordinate systems (registered tiles,
+    modalities). ``scene.images()`` lists each image with the transformation that maps its
+    coordinate system into the scene's; ``scene[path]`` opens one."""
+
+    def __init__(self, group: Any, path: str, backend: Backend):
+        self.group, self.path, self.backend = group, path, backend
+        block, version = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+        self.meta: ngff.Scene = ngff.parse_scene(block, version, path)
+
+    @property
+    def coordinate_systems(self) -> tuple[ngff.CoordinateSystem, ...]:
+        """The scene's own coordinate systems."""
+        return self.meta.coordinate_systems
+
+    @property
+    def transformations(self) -> tuple[ngff.Transformation, ...]:
+        """The scene's transformations, as the metadata gives them."""
+        return self.meta.transformations
+
+    def images(self, target: str | None = None) -> tuple[ngff.SceneImage, ...]:
+        """Every image of the scene with the transformation from its coordinate system into
+        the scene's coordinate system ``target`` (default the scene's first)."""
+        ref = None if target is None else ngff.CoordinateSystemRef(target)
+        return ngff.scene_images(self.meta, ref)
+
+    def __getitem__(self, path: str) -> MultiscaleImage:
+        if path not in self.meta.image_paths:
+            raise NotFoundError(
+                f"scene '{self.path}' has no image {path!r}; it has {list(self.meta.image_paths)}"
+            )
+        return _open_child(self.group, path, join(self.path, path), self.backend)
+
+    def __len__(self) -> int:
+        return len(self.meta.image_paths)
+
+    def __repr__(self) -> str:
+        return f"<Scene '{self.path}': {len(self)} image(s) {list(self.meta.image_paths)}>"
 
 
 def _open_child(group: Any, path: str, where: str, backend: Backend) -> MultiscaleImage:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from linumpy_gpu.engine import ChunkedArrayWriter
     from linumpy_gpu.image.multiscale import MultiscaleImage
+    from linumpy_gpu.image.resample import Resampled
 
 
 class Level:
@@ -90,6 +91,37 @@ class Level:
     def translation(self) -> tuple[float, ...]:
         """Physical position of this level's first voxel centre along each axis."""
         return self.image.translation(self.index)
+
+    @property
+    def exact(self) -> bool:
+        """Whether this level is placed by a scale and a translation alone."""
+        return self.image.meta.datasets[self.index].exact
+
+    def transform(self) -> ngff.Transformation:
+        """This level's transformation (see :meth:`MultiscaleImage.transform`)."""
+        return self.image.transform(self.index)
+
+    def matrix(self) -> np.ndarray | None:
+        """This level's transformation as a homogeneous matrix, or None for fields."""
+        return self.image.matrix(self.index)
+
+    def resample(
+        self,
+        spacing: Sequence[float] | None = None,
+        *,
+        order: int = 1,
+        region: Any = None,
+    ) -> Resampled:
+        """This level resampled on a regular grid of the image's coordinate system (axes
+        aligned with it, ``spacing`` apart; default the level's voxel size along each axis),
+        covering the level (or ``region`` of it): on the GPU with
+        ``cupyx.scipy.ndimage.affine_transform``, on the CPU with scipy's. For levels placed
+        by affine transformations, rotations or scales; displacement and coordinate fields
+        raise :class:`~linumpy_gpu.UnsupportedTransformationError`. ``order``: spline
+        order (0 nearest, 1 linear)."""
+        from linumpy_gpu.image.resample import resample_level
+
+        return resample_level(self, spacing, order=order, region=region)
 
     @property
     def device(self) -> str:

@@ -120,6 +120,53 @@ class MultiscaleImage:
         """Physical position of the first voxel's centre of ``level`` along each axis."""
         return self.meta.datasets[self.level_index(level)].translation
 
+    @property
+    def exact(self) -> bool:
+        """Whether every level is placed by a scale and a translation alone (then
+        :meth:`scale` and :meth:`translation` describe it exactly); NGFF 0.6 may place
+        levels with affine transformations, rotations or fields, see :meth:`transform`."""
+        return self.meta.exact
+
+    @property
+    def coordinate_systems(self) -> tuple[ngff.CoordinateSystem, ...]:
+        """The coordinate systems the metadata names (NGFF 0.6; empty before)."""
+        return self.meta.coordinate_systems
+
+    @property
+    def coordinate_system(self) -> str | None:
+        """The name of the coordinate system the levels are placed in (NGFF 0.6)."""
+        return self.meta.coordinate_system
+
+    @property
+    def transformations(self) -> tuple[ngff.Transformation, ...]:
+        """The multiscale's own transformations between coordinate systems (NGFF 0.6)."""
+        return self.meta.transformations
+
+    def transform(self, level: int | str = 0) -> ngff.Transformation:
+        """The transformation from ``level``'s voxel indices to the image's coordinate
+        system, its parameters loaded where they live in arrays of the store (NGFF 0.6);
+        for earlier versions a scale followed by a translation."""
+        dataset = self.meta.datasets[self.level_index(level)]
+        t = dataset.transform
+        if t is None:
+            t = ngff.TransformSequence(
+                transformations=(
+                    ngff.Scale(scale=dataset.scale),
+                    ngff.Translation(translation=dataset.translation),
+                )
+            )
+
+        def read_array(path: str) -> np.ndarray:
+            with translated_errors(join(self.path, path), metadata=True):
+                return np.asarray(self.group[path][...])
+
+        return ngff.resolve_parameters(t, read_array, where=self.path)
+
+    def matrix(self, level: int | str = 0) -> np.ndarray | None:
+        """``level``'s transformation as a homogeneous ``(ndim + 1) x (ndim + 1)`` matrix
+        (voxel index to coordinates), or None for fields (displacements, coordinates)."""
+        return ngff.to_matrix(self.transform(level), len(self.axes))
+
     def level_index(self, level: int | str) -> int:
         """The index of ``level``: an index (negative counts from the coarsest) or a
         dataset path as the metadata writes it (``'0'``, ``'scale0/image'``)."""
@@ -215,6 +262,12 @@ class MultiscaleImage:
             "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
             for r in rows
         ]
+        inexact = [str(i) for i, ds in enumerate(self.meta.datasets) if not ds.exact]
+        if inexact:
+            lines.append(
+                f"  levels {', '.join(inexact)}: placed by more than a scale and a translation "
+                "(see .transform(level), .matrix(level))"
+            )
         return "\n".join(lines)
 
 

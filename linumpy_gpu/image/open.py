@@ -15,7 +15,7 @@ from linumpy_gpu.errors import (
     StorePermissionError,
 )
 from linumpy_gpu.image._common import join
-from linumpy_gpu.image.collections import Plate, SeriesCollection, Well
+from linumpy_gpu.image.collections import Plate, Scene, SeriesCollection, Well
 from linumpy_gpu.image.multiscale import MultiscaleImage
 from linumpy_gpu.io.stores import READ_MODES, locate, translated_errors
 
@@ -27,7 +27,7 @@ def open_ome_zarr(
     mode: str = "r",
     storage_options: dict[str, Any] | None = None,
     settings: config.Settings | Mapping[str, Any] | None = None,
-) -> MultiscaleImage | Plate | Well | SeriesCollection:
+) -> MultiscaleImage | Plate | Well | SeriesCollection | Scene:
     """Open an OME-Zarr store: a :class:`MultiscaleImage`, :class:`Plate`, :class:`Well` or
     :class:`SeriesCollection` (bioformats2raw), by what the root holds.
 
@@ -67,6 +67,8 @@ def open_ome_zarr(
         return Well(group, where, backend)
     if kind == "bioformats2raw" and "multiscales" not in block:
         return SeriesCollection(group, where, backend)
+    if kind == "scene":
+        return Scene(group, where, backend)
     if kind == "labels":
         raise NotOmeZarrError(
             where,

@@ -1,4 +1,5 @@
-"""Write arrays as OME-Zarr images (NGFF 0.5 on zarr v3, or 0.4 on zarr v2) with a pyramid.
+"""Write arrays as OME-Zarr images (NGFF 0.5 on zarr v3 by default, 0.4 on zarr v2, or the
+0.6 release candidate on request) with a pyramid.
 
 Every argument is checked, and the metadata the write will produce is built and validated,
 before anything touches the disk. A local store is built in a hidden folder beside its
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import zarr
@@ -30,7 +31,7 @@ from linumpy_gpu.io.stores import locate, translated_errors
 from linumpy_gpu.ngff import build
 from linumpy_gpu.ngff.model import Channel
 from linumpy_gpu.write.levels import write_image
-from linumpy_gpu.write.plan import ImagePlan, label_colors, plan_image
+from linumpy_gpu.write.plan import ImagePlan, label_colors, plan_image, zarr_format_of
 
 LABEL_METHODS = ("mode", "nearest")
 # Label names become folder names: plain names only.
@@ -64,7 +65,8 @@ def write_ome_zarr(
     """Write ``data`` (numpy, cupy or dask, 2- to 5-D) as an OME-Zarr multiscale image and
     return it opened.
 
-    ``path``: a local path, an object-store URL (``s3://``, ``gs://``, ``memory://``, with
+    ``version``: "0.5" (default), "0.4", or "0.6" (RFC-5 coordinate systems; written only
+    when asked while 0.6 is a release candidate). ``path``: a local path, an object-store URL (``s3://``, ``gs://``, ``memory://``, with
     ``storage_options`` for fsspec) or a zarr store. ``levels``: a number of levels (2x on
     spatial axes per level) or a list of per-level factors relative to the previous level.
     ``method``: "mean" (intensities; partial edge blocks averaged over what they hold),
@@ -131,6 +133,12 @@ def write_labels(
 
     Replacing a label image (``overwrite=True``) touches that label image only."""
     parent = image if isinstance(image, MultiscaleImage) else open_image(image)
+    if not parent.exact:
+        raise WriteError(
+            f"'{parent.path}' places level 0 with a transformation other than scale and "
+            "translation; label images are written only for images placed by scale and "
+            "translation"
+        )
     _check_label_name(name, parent)
     if not all(hasattr(data, a) for a in ("shape", "dtype", "ndim")):
         raise WriteError(
@@ -181,7 +189,7 @@ def write_labels(
     if not isinstance(overwrite, bool):
         raise InvalidArgumentError(f"overwrite must be True or False, got {overwrite!r}")
     backend = _backend_for(data, device)
-    zarr_format: Literal[2, 3] = 3 if parent.version == "0.5" else 2
+    zarr_format = zarr_format_of(parent.version)
     store, prefix = parent.group.store, parent.group.path
     labels_path = f"{prefix}/labels" if prefix else "labels"
     root = getattr(store, "root", None)

@@ -17,6 +17,7 @@ from linumpy_gpu.errors import InvalidMetadataError, WriteError
 from linumpy_gpu.ngff import build
 from linumpy_gpu.ngff.model import Channel
 
+WRITE_VERSIONS = ("0.4", "0.5", "0.6")
 SUPPORTED_DTYPES = frozenset(["b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8"])
 ZSTD_LEVELS = range(-131072, 23)
 
@@ -39,7 +40,7 @@ class ImagePlan:
     @property
     def zarr_format(self) -> Literal[2, 3]:
         """The zarr format the NGFF version is stored in."""
-        return 3 if self.version == "0.5" else 2
+        return zarr_format_of(self.version)
 
 
 def plan_image(
@@ -79,8 +80,11 @@ def plan_image(
         raise WriteError(f"OME-NGFF images have 2 to 5 dimensions, data has {ndim}")
     if 0 in shape:
         raise WriteError(f"data of shape {shape} is empty")
-    if version not in ("0.4", "0.5"):
-        raise WriteError(f"version must be '0.4' or '0.5', got {version!r}")
+    if version not in WRITE_VERSIONS:
+        raise WriteError(
+            f"version must be one of {', '.join(WRITE_VERSIONS)} (0.6 is a release candidate: "
+            f"written only when asked), got {version!r}"
+        )
     if axes is None:
         axes = "tczyx"[5 - ndim :]
     if not isinstance(axes, str | Sequence) or not all(isinstance(a, str) for a in axes):
@@ -105,8 +109,8 @@ def plan_image(
     chunks_t = _positive_ints("chunks", chunks, ndim)
     shards_t = None
     if shards is not None:
-        if version != "0.5":
-            raise WriteError("shards need zarr v3, i.e. version='0.5'")
+        if zarr_format_of(version) != 3:
+            raise WriteError("shards need zarr v3, i.e. version='0.5' (or '0.6')")
         shards_t = _positive_ints("shards", shards, ndim)
         if any(s % c for s, c in zip(shards_t, chunks_t, strict=True)):
             raise WriteError(
@@ -134,7 +138,7 @@ def plan_image(
     block.update(extra_block or {})
     attributes = build.wrap(version, block)
     try:
-        ome, declared = ngff.ome_block(attributes, 3 if version == "0.5" else 2)
+        ome, declared = ngff.ome_block(attributes, zarr_format_of(version))
         ngff.parse_multiscales(ome, declared, where)
     except InvalidMetadataError as exc:
         raise WriteError(
@@ -261,7 +265,7 @@ def _codec_kwargs(version: str, compressor: Any, level: Any, checksum: Any) -> d
         raise WriteError(f"compression_level must be an integer from -131072 to 22, got {level!r}")
     if not isinstance(checksum, bool):
         raise WriteError(f"checksum must be True or False, got {checksum!r}")
-    if version == "0.5":
+    if zarr_format_of(version) == 3:
         from zarr.codecs import ZstdCodec
 
         return {"compressors": [ZstdCodec(level=int(level), checksum=checksum)]}
@@ -313,3 +317,8 @@ def label_colors(colors: Any) -> list[dict[str, Any]]:
         c["rgba"] = [int(v) for v in rgba] if rgba is not None else None
         c["label-value"] = int(value)
     return items
+
+
+def zarr_format_of(version: str) -> Literal[2, 3]:
+    """The zarr format NGFF ``version`` is stored in: 2 for 0.4, 3 from 0.5 on."""
+    return 2 if version == "0.4" else 3

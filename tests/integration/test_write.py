@@ -72,7 +72,7 @@ def test_bad_input_fails_before_writing(tmp_path):
         (dict(scale=(1, -1, 1)), "positive"),
         (dict(chunks=(1, 1)), "chunks"),
         (dict(shards=(3, 8, 8), chunks=(2, 8, 8)), "multiples"),
-        (dict(version="0.6"), "version"),
+        (dict(version="0.7"), "version"),
         (dict(method="median"), "method"),
     ]:
         with pytest.raises(WriteError, match=match):
