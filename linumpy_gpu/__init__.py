@@ -8,7 +8,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any
 
-from linumpy_gpu import config
+from linumpy_gpu import config, gpu
 from linumpy_gpu._version import __version__
 from linumpy_gpu.errors import (
     ChunkDecodeError,
@@ -117,6 +117,7 @@ __all__ = [
     "WriteError",
     "__version__",
     "config",
+    "gpu",
     "gpu_zarr_context",
     "open_image",
     "open_ome_zarr",

@@ -113,7 +113,10 @@ def _parse(name: str, raw: str) -> Any:
             return float(raw)
         return raw
     except ValueError:
-        raise ConfigError(f"{variable}={raw!r} is not a {kind.rstrip('?')}") from None
+        noun = {"bool": "0 or 1", "int": "an integer", "float": "a number"}.get(
+            kind.rstrip("?"), "text"
+        )
+        raise ConfigError(f"{variable}={raw!r} is not {noun}") from None
 
 
 def _check(name: str, value: Any) -> Any:
@@ -133,7 +136,8 @@ def _check(name: str, value: Any) -> Any:
     if not ok:
         bound = {"int": f" >= {int(minimum)}", "float": f" >= {minimum:g}"}.get(kind, "")
         nothing = " or None" if optional else ""
-        raise ConfigError(f"setting {name} must be a {kind}{bound}{nothing}, got {value!r}")
+        noun = {"bool": "True or False", "int": "an integer", "float": "a number"}.get(kind, "text")
+        raise ConfigError(f"setting {name} must be {noun}{bound}{nothing}, got {value!r}")
     return float(value) if kind == "float" else value
 
 

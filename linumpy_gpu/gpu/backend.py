@@ -167,9 +167,8 @@ class GpuBackend(Backend, BatchMemory):
     ) -> tuple[int, ...]:
         """In the order the decoder takes them: slots for the host-decoded chunks, then for
         the chunks nvCOMP decodes their compressed bytes on the device, their slots, and
-        nvCOMP's workspace: three times their decoded size by their sizes alone (nvCOMP 6
-        zstd); where frames are sized (``LINUMPY_GPU_EXACT_WORKSPACE=1``), the share of that
-        which frames of this size needed so far (about half for zstd level 3)."""
+        nvCOMP's workspace, as nvCOMP sizes it from the chunk sizes (about three times their
+        decoded size for zstd)."""
         stride = round_up(fmt.nbytes, SLOT_ALIGN)
         if not fmt.codecs or not gpu_decodable(fmt):
             return (n * stride,)

@@ -109,7 +109,10 @@ def built_beside(target: str, overwrite: bool) -> Iterator[str]:
 def remove_stale_staging(parent: str, base: str) -> None:
     """Remove folders that earlier writes of ``base`` left beside it when their process was
     killed (named with that process's id; left alone while the process lives)."""
-    pattern = re.compile(re.escape(f".{base}.") + r"(\d+)-[0-9a-f]{8}" + re.escape(STAGING_SUFFIX))
+    # (a swap without renameat2 parks the old store under the same name plus ".old")
+    pattern = re.compile(
+        re.escape(f".{base}.") + r"(\d+)-[0-9a-f]{8}" + re.escape(STAGING_SUFFIX) + r"(\.old)?"
+    )
     with contextlib.suppress(OSError):
         for name in os.listdir(parent):
             found = pattern.fullmatch(name)

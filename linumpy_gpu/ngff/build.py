@@ -19,16 +19,15 @@ DEFAULT_COORDINATE_SYSTEM = "physical"
 
 
 def make_axes(names: Sequence[str], units: Sequence[str | None] | None = None) -> list[Axis]:
-    """Axes for ``names`` ('t', 'c', 'z', 'y', 'x' get their NGFF types): ``units`` per axis,
-    space axes without one in micrometers; channel and custom axes carry no unit."""
+    """Axes for ``names`` ('t', 'c', 'z', 'y', 'x' get their NGFF types) with ``units`` per
+    axis where given (none is invented: a store that states no unit says so); channel and
+    custom axes carry no unit."""
     units = list(units) if units is not None else [None] * len(names)
     if len(units) != len(names):
         raise ValueError(f"{len(units)} units for {len(names)} axes")
     axes = []
     for n, u in zip(names, units, strict=True):
         kind = DEFAULT_AXIS_TYPES.get(n)
-        if u is None and kind == "space":
-            u = "micrometer"
         axes.append(Axis(n, kind, u if kind in ("space", "time") else None))
     return axes
 

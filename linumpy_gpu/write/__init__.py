@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from linumpy_gpu import ngff
+from linumpy_gpu import config, ngff
 from linumpy_gpu.backends import resolve_backend
 from linumpy_gpu.errors import (
     InvalidArgumentError,
@@ -58,7 +58,7 @@ def write_ome_zarr(
     name: str | None = None,
     overwrite: bool = False,
     device: Any = "auto",
-    progress: bool = False,
+    progress: bool | None = None,
     storage_options: dict[str, Any] | None = None,
     _extra_block: dict[str, Any] | None = None,
 ) -> MultiscaleImage:
@@ -100,6 +100,8 @@ def write_ome_zarr(
     if not isinstance(overwrite, bool):
         raise InvalidArgumentError(f"overwrite must be True or False, got {overwrite!r}")
     backend = _backend_for(data, device)
+    if progress is None:
+        progress = config.get().progress
     location = locate(path, mode="w", storage_options=storage_options, must_exist=False)
     if location.local_root is not None:
         target = location.local_root

@@ -36,12 +36,12 @@ def test_environment_is_parsed_and_checked():
 @pytest.mark.parametrize(
     "variable, value, message",
     [
-        ("LINUMPY_GPU_IO_THREADS", "lots", "is not a int"),
-        ("LINUMPY_GPU_IO_THREADS", "0", "io_threads must be a int >= 1"),
-        ("LINUMPY_GPU_SCRATCH_FRACTION", "nan", "scratch_fraction must be a float >= 0"),
-        ("LINUMPY_GPU_SCRATCH_FRACTION", "-0.5", "scratch_fraction must be a float >= 0"),
-        ("LINUMPY_GPU_PROGRESS", "maybe", "is not a bool"),
-        ("LINUMPY_GPU_PINNED_BYTES", "1000", "pinned_bytes must be a int >= 1048576"),
+        ("LINUMPY_GPU_IO_THREADS", "lots", "is not an integer"),
+        ("LINUMPY_GPU_IO_THREADS", "0", "io_threads must be an integer >= 1"),
+        ("LINUMPY_GPU_SCRATCH_FRACTION", "nan", "scratch_fraction must be a number >= 0"),
+        ("LINUMPY_GPU_SCRATCH_FRACTION", "-0.5", "scratch_fraction must be a number >= 0"),
+        ("LINUMPY_GPU_PROGRESS", "maybe", "is not 0 or 1"),
+        ("LINUMPY_GPU_PINNED_BYTES", "1000", "pinned_bytes must be an integer >= 1048576"),
     ],
 )
 def test_bad_environment_values_are_refused_by_name(variable, value, message):

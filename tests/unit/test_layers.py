@@ -30,7 +30,7 @@ LAYERS = [
     (3, ["engine"]),
     (4, ["ngff"]),
     (5, ["image", "write", "gpu.zarr_codec", "gpu.context", "gpu.gds_store"]),
-    (6, ["", "__main__", "cli", "sample", "gpu", "gpu.report", "gpu.read"]),
+    (6, ["", "__main__", "cli", "sample", "napari", "gpu", "gpu.report", "gpu.read"]),
 ]
 
 
