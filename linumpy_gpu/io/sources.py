@@ -451,11 +451,34 @@ def _long_runs(requests: Sequence[ByteRequest]) -> bool:
 
 
 class ZarrStoreSource:
-    """Reads through any zarr-python store's async ``get``."""
+    """Reads through any zarr-python store's async ``get``, at most ``concurrency``
+    requests in flight (gathered on zarr's event loop).
 
-    def __init__(self, store: Any, concurrency: int = 64):
+    Some servers ignore byte ranges (a plain static HTTP server answers every request with
+    the whole object and status 200). Every ranged or suffix answer is therefore checked
+    against the length asked for: one longer than that is the whole object, and the bytes
+    asked for are cut from it. What the answers teach is kept in ``ignores_ranges`` (None
+    until a ranged answer tells). Once the store is known to ignore ranges, each fetch asks
+    for every object it needs once, whole, and cuts all its ranges from that one answer,
+    rather than downloading the object again for every range; while it is not known yet,
+    the other ranged requests of a fetch on an object wait for that object's first answer.
+    A store that honours ranges is read as before: one request per range, all at once. (A
+    request from an offset to the end cannot be checked, its length being unknown: it is
+    trusted until the store is known to ignore ranges. The engine asks for none.)
+
+    Failures reach the caller as linumpy_gpu errors naming the object's URL
+    (:func:`~linumpy_gpu.io.stores.translate`); a missing object (HTTP 404) reads as None,
+    the fill value.
+    """
+
+    def __init__(self, store: Any, concurrency: int = 64, where: str | None = None):
+        from linumpy_gpu.io.stores import store_url
+
         self.store = store
         self.concurrency = concurrency
+        self.where = where if where is not None else store_url(store)
+        # learned from ranged answers: True once one came back as the whole object
+        self.ignores_ranges: bool | None = None
 
     def fetch(
         self,
@@ -472,30 +495,131 @@ class ZarrStoreSource:
         """None for every key: a zarr store does not say when an object was replaced."""
         return [None] * len(keys)
 
+    def url_of(self, key: str) -> str:
+        """Where the object ``key`` lives, for messages."""
+        return f"{self.where.rstrip('/')}/{key}" if self.where else key
+
+    def _learn(self, r: ByteRequest, data: bytes) -> tuple[memoryview, bool]:
+        """The bytes ``r`` asked for from the answer ``data`` to its ranged request, and
+        whether that answer was the whole object (longer than asked: the store ignored the
+        range); what the answer says of the store is kept in ``ignores_ranges``."""
+        asked = r.suffix if r.suffix is not None else r.length
+        if asked == 0:  # fsspec asks for everything where no bytes are asked for
+            return memoryview(b""), False
+        if asked is None:  # from an offset to the end: cannot be checked
+            return memoryview(data), False
+        if len(data) > asked:
+            self.ignores_ranges = True
+            return _cut(r, data), True
+        if len(data) == asked and self.ignores_ranges is None:
+            self.ignores_ranges = False
+        return memoryview(data), False
+
     async def _fetch_all(self, requests: Sequence[ByteRequest]) -> list[memoryview | None]:
         import asyncio
 
-        from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
         from zarr.core.buffer import default_buffer_prototype
+
+        from linumpy_gpu.io.stores import translate
 
         proto = default_buffer_prototype()
         limit = asyncio.Semaphore(self.concurrency)
+        loop = asyncio.get_running_loop()
+        # per key, this fetch's one whole-object answer (once the store ignores ranges)
+        wholes: dict[str, asyncio.Future[bytes | None]] = {}
+        # per key, done once its first ranged answer is in (while ranges are untested)
+        firsts: dict[str, asyncio.Future[None]] = {}
+
+        async def get(key: str, rng: Any) -> bytes | None:
+            try:
+                buf = await self.store.get(key, prototype=proto, byte_range=rng)
+            except Exception as exc:
+                translated = translate(exc, self.url_of(key), "object")
+                if translated is None:
+                    raise
+                raise translated from exc
+            return None if buf is None else buf.to_bytes()
+
+        async def get_whole(key: str) -> bytes | None:
+            async with limit:
+                return await get(key, None)
+
+        def whole(key: str) -> asyncio.Future[bytes | None]:
+            shared = wholes.get(key)
+            if shared is None:
+                shared = wholes[key] = asyncio.ensure_future(get_whole(key))
+            return shared
+
+        async def ranged(r: ByteRequest, rng: Any) -> memoryview | None:
+            async with limit:
+                if not self.ignores_ranges:  # still so, now that it is this one's turn
+                    data = await get(r.key, rng)
+                    if data is None:
+                        return None
+                    view, whole_answer = self._learn(r, data)
+                    if whole_answer and r.key not in wholes:
+                        # every other range of the object is cut from this answer
+                        wholes[r.key] = loop.create_future()
+                        wholes[r.key].set_result(data)
+                    return view
+            data = await whole(r.key)
+            return None if data is None else _cut(r, data)
 
         async def one(r: ByteRequest) -> memoryview | None:
-            rng: SuffixByteRequest | RangeByteRequest | OffsetByteRequest | None
-            if r.suffix is not None:
-                rng = SuffixByteRequest(r.suffix)
-            elif r.length is not None:
-                rng = RangeByteRequest(r.offset, r.offset + r.length)
-            elif r.offset:
-                rng = OffsetByteRequest(r.offset)
-            else:
-                rng = None
-            async with limit:
-                buf = await self.store.get(r.key, prototype=proto, byte_range=rng)
-            return None if buf is None else memoryview(buf.to_bytes())
+            rng = _zarr_range(r)
+            if rng is None:
+                if self.ignores_ranges:
+                    data = await whole(r.key)
+                else:
+                    async with limit:
+                        data = await get(r.key, None)
+                return None if data is None else memoryview(data)
+            if self.ignores_ranges is None:
+                first = firsts.get(r.key)
+                if first is None:  # this object's first: it tells whether ranges work
+                    first = firsts[r.key] = loop.create_future()
+                    try:
+                        return await ranged(r, rng)
+                    finally:
+                        if not first.done():
+                            first.set_result(None)
+                await first
+            return await ranged(r, rng)
 
-        return list(await asyncio.gather(*(one(r) for r in requests)))
+        tasks = [asyncio.ensure_future(one(r)) for r in requests]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            # one failed: the others (and the shared whole-object requests) stop with it
+            started: list[asyncio.Future[Any]] = [*tasks, *wholes.values()]
+            pending = [t for t in started if not t.done()]
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            raise
+
+
+def _zarr_range(r: ByteRequest) -> Any:
+    """zarr's byte request for ``r`` (None: the whole object)."""
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
+    if r.suffix is not None:
+        return SuffixByteRequest(r.suffix)
+    if r.length is not None:
+        return RangeByteRequest(r.offset, r.offset + r.length)
+    if r.offset:
+        return OffsetByteRequest(r.offset)
+    return None
+
+
+def _cut(r: ByteRequest, whole: bytes) -> memoryview:
+    """The bytes ``r`` asks for, out of the whole object ``whole``."""
+    view = memoryview(whole)
+    if r.suffix is not None:
+        return view[max(0, len(view) - r.suffix) :]
+    if r.length is not None:
+        return view[r.offset : r.offset + r.length]
+    return view[r.offset :]
 
 
 def source_for(store: Any, settings: Settings | None = None) -> ByteSource:

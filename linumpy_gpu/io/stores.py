@@ -138,6 +138,20 @@ def _remote(
     return StoreLocation(store, url, None, protocol)
 
 
+def store_url(store: Any) -> str:
+    """A name for messages of where a zarr store's objects live: the URL of an fsspec
+    store's root (``s3://bucket/x.zarr``, ``http://host/x.zarr``), a local store's folder,
+    else the store's own description."""
+    fs, path = getattr(store, "fs", None), getattr(store, "path", None)
+    if fs is not None and isinstance(path, str):
+        with contextlib.suppress(Exception):
+            return str(fs.unstrip_protocol(path)).rstrip("/")
+    root = getattr(store, "root", None)
+    if root is not None:
+        return os.fspath(root)
+    return str(store)
+
+
 @contextlib.contextmanager
 def translated_errors(where: str, what: str = "store", metadata: bool = False) -> Iterator[None]:
     """Re-raise failures of the libraries below as linumpy_gpu errors naming ``where``.
@@ -188,10 +202,22 @@ def translate(exc: BaseException, where: str, what: str = "store") -> LinumpyGpu
         )
     if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
         return InvalidMetadataError(where, "zarr metadata", "valid JSON", text)
+    status = getattr(exc, "status", None)
+    if module.startswith("aiohttp") and isinstance(status, int) and status >= 400:
+        # an HTTP server's answer (fsspec turns 404 into FileNotFoundError itself)
+        if status in (401, 403):
+            return StorePermissionError(
+                f"'{where}': access denied (HTTP {status}: {text}); pass the credentials the "
+                "server asks for in storage_options (e.g. client_kwargs={'headers': {...}})"
+            )
+        return RemoteStoreError(f"'{where}': the server answered HTTP {status} ({text})")
     if isinstance(exc, PermissionError):
-        return StorePermissionError(
-            f"'{where}': permission denied ({text}); check the file permissions"
+        hint = (
+            "check the credentials, or pass storage_options={'anon': True} for a public bucket"
+            if split_protocol(where)[0] is not None
+            else "check the file permissions"
         )
+        return StorePermissionError(f"'{where}': permission denied ({text}); {hint}")
     if isinstance(exc, IsADirectoryError | NotADirectoryError):
         return StoreError(f"'{where}': a directory and a file are mixed up in the {what} ({text})")
     if "ContainsArrayError" in names:
