@@ -136,6 +136,12 @@ class BatchMemory:
         """Most decoded bytes per batch for a read of ``read_nbytes``."""
         return 256 << 20
 
+    def write_batch_bytes(self) -> int:
+        """Decoded bytes a writer gathers and encodes per batch: on the host enough to keep
+        every core compressing, and little enough that a write holds a bounded amount of
+        memory above its input (two batches in flight)."""
+        return 64 << 20
+
     def staging_batch_bytes(self) -> int | None:
         """Most stored bytes one batch may stage (None: no staging bound)."""
         return None

@@ -25,10 +25,6 @@ from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.errors import ChunkWriteError, SelectionError, UnsupportedWriteError, WriteError
 from linumpy_gpu.io.files import UnitLocks, write_file_atomically
 
-# Decoded bytes encoded per batch: large enough for nvCOMP to fill the GPU (hundreds of
-# chunks in flight).
-WRITE_BATCH_BYTES = 768 << 20
-
 
 class ChunkedArrayWriter:
     """Writes regions of one zarr array (zstd or uncompressed, optionally sharded)."""
@@ -66,7 +62,7 @@ class ChunkedArrayWriter:
         zstd = fmt.codecs[0].config if fmt.codecs else None
         self.level = int(zstd.get("level", 3)) if zstd else None
         self.checksum = bool(zstd.get("checksum", False)) if zstd else False
-        self.batch_bytes = batch_bytes or WRITE_BATCH_BYTES
+        self.batch_bytes = batch_bytes or backend.memory().write_batch_bytes()
         self.store = array.store
         prefix = array.store_path.path
         self._prefix = f"{prefix}/" if prefix else ""

@@ -48,6 +48,8 @@ MAX_COPY_BLOCKS_PER_JOB = 4096
 # nvCOMP decodes each chunk serially: a batch of 500 chunks takes about as long as one of
 # 30, so batches are as large as memory allows, up to this many decoded bytes.
 MAX_BATCH_BYTES = 2 << 30
+# Decoded bytes a GPU write encodes per batch.
+WRITE_BATCH_BYTES = 768 << 20
 # Reads of part of a level (tiles, read_regions) decode several times their output's bytes
 # (a 256^3 tile of 128^3 chunks: 27 chunks, 3.4x) and nvCOMP is fast only with many chunks
 # in flight, so they may hold more than full-level reads: by default 1/16 of the device's
@@ -134,6 +136,10 @@ class GpuBackend(Backend, BatchMemory):
 
     def batch_bytes(self, read_nbytes: int) -> int:
         return MAX_BATCH_BYTES
+
+    def write_batch_bytes(self) -> int:
+        # large enough for nvCOMP to have hundreds of chunks in flight
+        return WRITE_BATCH_BYTES
 
     def staging_batch_bytes(self) -> int:
         # Most of the ring: the next batch's reads start while this one's copy finishes.

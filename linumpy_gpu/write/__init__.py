@@ -53,7 +53,7 @@ def write_ome_zarr(
     compressor: str | None = "zstd",
     compression_level: int = 3,
     checksum: bool = True,
-    levels: int | Sequence[Sequence[int]] = 1,
+    levels: int | Sequence[Sequence[int]] | None = None,
     method: str = "mean",
     name: str | None = None,
     overwrite: bool = False,
@@ -68,7 +68,9 @@ def write_ome_zarr(
     ``version``: "0.5" (default), "0.4", or "0.6" (RFC-5 coordinate systems; written only
     when asked while 0.6 is a release candidate). ``path``: a local path, an object-store URL (``s3://``, ``gs://``, ``memory://``, with
     ``storage_options`` for fsspec) or a zarr store. ``levels``: a number of levels (2x on
-    spatial axes per level) or a list of per-level factors relative to the previous level.
+    spatial axes per level), a list of per-level factors relative to the previous level,
+    or None (default): as many levels as it takes for the coarsest to fit 256 x 256 voxels
+    in-plane (one level for smaller data).
     ``method``: "mean" (intensities; partial edge blocks averaged over what they hold),
     "gaussian", "nearest" or "mode" (labels). ``device``: where the pyramid is computed and
     chunks are compressed: "auto" (the GPU for cupy input, else the CPU), "cpu", "gpu".

@@ -18,6 +18,8 @@ from linumpy_gpu.ngff import build
 from linumpy_gpu.ngff.model import Channel
 
 WRITE_VERSIONS = ("0.4", "0.5", "0.6")
+# The pyramid's coarsest level fits this many voxels along its in-plane axes by default.
+DEFAULT_TILE = 256
 SUPPORTED_DTYPES = frozenset(["b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8"])
 ZSTD_LEVELS = range(-131072, 23)
 
@@ -52,7 +54,7 @@ def plan_image(
     translation: Sequence[float] | None,
     version: str,
     chunks: Sequence[int] | None,
-    levels: int | Sequence[Sequence[int]],
+    levels: int | Sequence[Sequence[int]] | None,
     method: str,
     name: str | None,
     where: str,
@@ -188,8 +190,23 @@ def _positive_ints(label: str, values: Any, ndim: int) -> tuple[int, ...]:
     return tuple(int(v) for v in values)
 
 
+def default_levels(shape: Sequence[int], axis_types: Sequence[str | None]) -> int:
+    """The number of levels a pyramid gets when the caller does not say: halving the
+    spatial axes until the in-plane ones (the last two spatial axes) fit a tile of
+    DEFAULT_TILE x DEFAULT_TILE, the size a viewer shows a whole image at."""
+    spatial = [n for n, t in zip(shape, axis_types, strict=True) if t == "space"]
+    largest = max(spatial[-2:], default=1)
+    levels = 1
+    while largest > DEFAULT_TILE:
+        largest = -(-largest // 2)
+        levels += 1
+    return levels
+
+
 def _factors(levels: Any, shape: tuple[int, ...], axes: Sequence[Any]) -> list[tuple[int, ...]]:
     ndim = len(shape)
+    if levels is None:
+        levels = default_levels(shape, [a.type for a in axes])
     if isinstance(levels, int | np.integer) and not isinstance(levels, bool):
         if levels < 1:
             raise WriteError(f"levels must be >= 1, got {levels}")
