@@ -1,24 +1,163 @@
-"""The ``linumpy-gpu`` command: demo, inspect, info."""
+"""The ``linumpy-gpu`` command: validate, inspect, convert, bench, demo, info.
+
+Every failure the library reports on purpose (a missing store, invalid metadata, an
+existing destination, a missing GPU, ...) is printed as one line
+``linumpy-gpu: error: ...`` with exit code 2, never as a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import sys
 import tempfile
 import time
 import warnings
-from typing import Any
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TextIO
 
 from linumpy_gpu import __version__
+
+if TYPE_CHECKING:
+    from linumpy_gpu.image import MultiscaleImage
+
+# convert's default layout, the one GPU reads are fastest on: 64^3 chunks in shards of
+# 256 x 512 x 512 along the last three spatial axes (1 along time and channels).
+CONVERT_CHUNKS_3D = (64, 64, 64)
+CONVERT_SHARDS_3D = (256, 512, 512)
+CONVERT_CHUNKS_2D = (256, 256)
+CONVERT_SHARDS_2D = (2048, 2048)
+# convert reads and writes in blocks of whole storage units of about this many bytes
+COPY_BLOCK_BYTES = 256 << 20
+DASK_BLOCK_LIMIT = 1 << 30
+# bench reads level 0, or a region of it of at most this many bytes
+BENCH_LIMIT = 2 << 30
+# marks a store whose write has not finished (as linumpy_gpu.write does)
+INCOMPLETE_MARKER = "linumpy_gpu"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``linumpy-gpu`` command with ``argv`` (default: the process's arguments); returns
     the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    from linumpy_gpu.errors import LinumpyGpuError
+
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return int(_COMMANDS[args.command](args))
+        except LinumpyGpuError as exc:
+            print(f"linumpy-gpu: error: {_one_line(exc)}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("linumpy-gpu: interrupted", file=sys.stderr)
+            return 130
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="linumpy-gpu", description=__doc__)
     parser.add_argument("--version", action="version", version=f"linumpy-gpu {__version__}")
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bars for convert (default: the LINUMPY_GPU_PROGRESS setting when set, "
+        "else on when stderr is a terminal)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
+
+    validate = sub.add_parser(
+        "validate",
+        help="check a store: metadata (ours and ome-zarr-models'), levels, labels",
+        description="Check an OME-Zarr store: its metadata as linumpy_gpu parses it and as "
+        "ome-zarr-models validates it, that every level opens and reads, that level shapes "
+        "match the scales between levels, that the dtype is the same on every level, that "
+        "label images open. Prints one line per problem (ERROR: / WARNING:). Exit code 0: "
+        "no errors; 1: errors (or warnings with --strict); 2: the store cannot be opened.",
+    )
+    validate.add_argument("path", help="the store: a local path or a URL")
+    validate.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")
+
+    inspect = sub.add_parser("inspect", help="print the structure of an OME-Zarr store")
+    inspect.add_argument("path")
+    inspect.add_argument(
+        "--json",
+        action="store_true",
+        help="as JSON: levels (shapes, dtypes, chunks, shards, codecs, scales, translations), "
+        "axes and units, channels, labels; plates' rows, columns and wells; wells' fields",
+    )
+
+    convert = sub.add_parser(
+        "convert",
+        help="rewrite a store as NGFF 0.5 in the layout the GPU reads fastest",
+        description="Rewrite the image at SRC (any store linumpy_gpu reads) as an OME-Zarr "
+        "image at DST: NGFF 0.5 with 64^3 zstd chunks in shards of 256x512x512 (clipped to "
+        "the shape) by default. Axes, units, scales, translations, channels and label images "
+        "are carried over. Level 0 is read block by block, so memory stays bounded. DST is "
+        "never replaced without --overwrite.",
+    )
+    convert.add_argument("src", help="the source store")
+    convert.add_argument("dst", help="the new store")
+    convert.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
+    convert.add_argument(
+        "--chunks", type=_int_list, help="chunk shape, e.g. 64,64,64 (one number per axis)"
+    )
+    convert.add_argument(
+        "--shards",
+        type=_shards_arg,
+        help="shard shape, e.g. 256,512,512, or 'none' for no shards (multiples of --chunks)",
+    )
+    convert.add_argument(
+        "--levels",
+        type=int,
+        help="number of pyramid levels (default: as many as the source has)",
+    )
+    convert.add_argument(
+        "--pyramid",
+        choices=("copy", "recompute"),
+        default="copy",
+        help="copy: the source's lower levels as they are (default, where the source has "
+        "them); recompute: lower levels computed from level 0",
+    )
+    convert.add_argument(
+        "--version",
+        dest="ngff_version",
+        choices=("0.4", "0.5"),
+        default="0.5",
+        help="NGFF version to write (0.5: zarr v3, sharded; 0.4: zarr v2, no shards)",
+    )
+    convert.add_argument(
+        "--device",
+        default="auto",
+        help="where data is read, downsampled and compressed: auto (default), cpu, gpu",
+    )
+    convert.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=argparse.SUPPRESS,
+        help="progress bars (see linumpy-gpu --progress)",
+    )
+
+    bench = sub.add_parser(
+        "bench",
+        help="how fast this store's level 0 reads here, on the GPU and the CPU",
+        description="Time reads of level 0 (or of a region of it of at most 2 GiB) of a "
+        "store: best of --repeat runs per device, and with --peers by zarr-python and "
+        "tensorstore (where installed) too.",
+    )
+    bench.add_argument("path")
+    bench.add_argument(
+        "--device",
+        help="comma-separated devices to time: cpu, gpu (default: cpu, and gpu where usable)",
+    )
+    bench.add_argument("--peers", action="store_true", help="also time zarr-python, tensorstore")
+    bench.add_argument("--repeat", type=int, default=3, help="runs per reader (default 3)")
+    bench.add_argument("--json", action="store_true", help="print the results as JSON")
+
     demo = sub.add_parser("demo", help="write a sample OME-Zarr pyramid, read it back, report")
     demo.add_argument(
         "--out",
@@ -26,24 +165,1197 @@ def main(argv: list[str] | None = None) -> int:
         "folder, removed afterwards)",
     )
     demo.add_argument("--device", default="auto", help="auto (default), gpu or cpu")
-    inspect = sub.add_parser("inspect", help="print the structure of an OME-Zarr store")
-    inspect.add_argument("path")
     sub.add_parser("info", help="versions, GPU, nvCOMP and GDS status")
-    args = parser.parse_args(argv)
-    from linumpy_gpu.errors import LinumpyGpuError
+    return parser
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.replace("x", ",").split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected integers such as 64,64,64, got {text!r}"
+        ) from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _shards_arg(text: str) -> tuple[int, ...] | str:
+    return "none" if text.strip().lower() == "none" else _int_list(text)
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    from linumpy_gpu.errors import DeviceFallbackWarning
+
+    kind = "note" if issubclass(category, DeviceFallbackWarning) else "warning"
+    print(f"linumpy-gpu: {kind}: {_one_line(message)}", file=sys.stderr)
+
+
+def _one_line(value: Any) -> str:
+    return " ".join(str(value).split())
+
+
+def _note(text: str) -> None:
+    print(f"linumpy-gpu: note: {text}", file=sys.stderr)
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """Progress bars: the --progress/--no-progress flag, else the ``progress`` setting
+    where it is set (a ``config.set`` block, or LINUMPY_GPU_PROGRESS in the environment),
+    else whether stderr is a terminal."""
+    if getattr(args, "progress", None) is not None:
+        return bool(args.progress)
+    from linumpy_gpu import config
+
+    source = config.sources()["progress"]
+    if source == "set":
+        return config.get().progress
+    if source != "default":  # the environment variable, read now (not cached)
+        return config.Settings.from_environment().progress
+    return sys.stderr.isatty()
+
+
+# -- validate -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Report:
+    """Problems found by validate, in the order found, without repeats."""
+
+    lines: list[tuple[str, str]] = field(default_factory=list)
+
+    def add(self, severity: str, message: str) -> None:
+        entry = (severity, _one_line(message))
+        if entry not in self.lines:
+            self.lines.append(entry)
+
+    def error(self, message: str) -> None:
+        self.add("ERROR", message)
+
+    def warning(self, message: str) -> None:
+        self.add("WARNING", message)
+
+    def count(self, severity: str) -> int:
+        return sum(1 for s, _ in self.lines if s == severity)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from linumpy_gpu import ngff
+
+    group, where = _open_group(args.path)
+    attrs = _attrs(group, where)
+    block, _ = ngff.ome_block(attrs, group.metadata.zarr_format)
+    ngff.require_ome(block, where)  # not OME-Zarr at all: exit 2
+    report = _Report()
+    _models(group, where, report)
+    opened = _parsed(lambda: _open(group), report)
+    if opened is not None:
+        _check_opened(opened, report)
+    for severity, message in report.lines:
+        print(f"{severity}: {message}")
+    errors, warns = report.count("ERROR"), report.count("WARNING")
+    kind = type(opened).__name__ if opened is not None else "store"
+    if not report.lines:
+        print(f"OK: {where}: {_describe_short(opened)}; no problems found")
+    else:
+        print(f"{where}: {kind}: {errors} error(s), {warns} warning(s)")
+    return 1 if errors or (args.strict and warns) else 0
+
+
+def _open_group(path: str) -> tuple[Any, str]:
+    """The zarr group at ``path`` (a store that cannot be opened raises: exit 2)."""
+    import zarr
+
+    from linumpy_gpu.errors import NotOmeZarrError
+    from linumpy_gpu.io.stores import locate, translated_errors
+
+    location = locate(path, mode="r")
+    with translated_errors(location.where, metadata=True):
+        try:
+            group = zarr.open_group(store=location.store, mode="r")
+        except zarr.errors.ContainsArrayError:
+            raise NotOmeZarrError(
+                location.where, "zarr.json / .zgroup", "an OME-Zarr group", "a zarr array"
+            ) from None
+    return group, location.where
+
+
+def _attrs(group: Any, where: str) -> dict[str, Any]:
+    from linumpy_gpu.io.stores import translated_errors
+
+    with translated_errors(where, metadata=True):
+        return dict(group.attrs)
+
+
+def _open(group: Any) -> Any:
+    from linumpy_gpu.image import open_ome_zarr
+
+    return open_ome_zarr(group)
+
+
+def _models(group: Any, where: str, report: _Report, inherit: str | None = None) -> None:
+    """ome-zarr-models' opinion of one group's attributes. ``inherit``: the NGFF version of
+    the image a labels group belongs to, assumed (with a warning) where the group declares
+    none."""
+    from linumpy_gpu import ngff
 
     try:
-        if args.command == "demo":
-            return _demo(args.out, args.device)
-        if args.command == "inspect":
-            return _inspect(args.path)
-        return _info()
-    except LinumpyGpuError as exc:
-        print(f"linumpy-gpu: error: {exc}", file=sys.stderr)
-        return 2
+        attrs = dict(group.attrs)
+    except Exception as exc:
+        report.error(f"{where}: attributes cannot be read ({type(exc).__name__}: {exc})")
+        return
+    zarr_format = group.metadata.zarr_format
+    ome = attrs.get("ome")
+    if inherit is not None and isinstance(ome, dict) and "version" not in ome:
+        report.warning(f"{where}: no NGFF version is declared; checked as the image's {inherit}")
+        attrs = {**attrs, "ome": {"version": inherit, **ome}}
+    for problem in ngff.validate_with_ome_zarr_models(attrs, zarr_format, where):
+        tail = problem[len(where) :] if problem.startswith(where) else problem
+        cannot = "ome-zarr-models" in tail and ("not installed" in tail or "has no " in tail)
+        report.add("WARNING" if cannot else "ERROR", problem)
 
 
-def _demo(out: str | None, device: str) -> int:
+def _parsed(call: Any, report: _Report) -> Any:
+    """``call()`` with the library's warnings reported as WARNING lines and its errors as
+    ERROR lines (then None)."""
+    from linumpy_gpu.errors import LinumpyGpuError
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = call()
+        except LinumpyGpuError as exc:
+            report.error(str(exc))
+            result = None
+    for w in caught:
+        text = str(w.message)
+        if "different dtypes" in text:
+            continue  # reported as an error by the dtype check
+        report.warning(text)
+    return result
+
+
+def _check_opened(opened: Any, report: _Report) -> None:
+    from linumpy_gpu.image import MultiscaleImage, Plate, SeriesCollection, Well
+
+    if isinstance(opened, MultiscaleImage):
+        _check_image(opened, report)
+    elif isinstance(opened, Plate):
+        for ref in opened.wells:
+            well = _parsed(lambda ref=ref: opened[ref.path], report)
+            if well is not None:
+                _models(well.group, well.path, report)
+                _check_well(well, report)
+    elif isinstance(opened, Well):
+        _check_well(opened, report)
+    elif isinstance(opened, SeriesCollection):
+        for i in range(len(opened)):
+            image = _parsed(lambda i=i: opened[i], report)
+            if image is not None:
+                _models(image.group, image.path, report)
+                _check_image(image, report)
+    else:  # a scene: its images
+        for path in getattr(getattr(opened, "meta", None), "image_paths", ()):
+            image = _parsed(lambda path=path: opened[path], report)
+            if image is not None:
+                _models(image.group, image.path, report)
+                _check_image(image, report)
+
+
+def _check_well(well: Any, report: _Report) -> None:
+    for i in range(len(well)):
+        image = _parsed(lambda i=i: well.image(i), report)
+        if image is not None:
+            _models(image.group, image.path, report)
+            _check_image(image, report)
+
+
+def _check_image(image: MultiscaleImage, report: _Report, parent: Any = None) -> None:
+    """Levels read, shapes follow the scales, one dtype, channels match, labels open."""
+    where = image.path
+    for lv in image.levels:
+        first = tuple(slice(0, min(c, n)) for c, n in zip(lv.chunks, lv.shape, strict=True))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                lv.read(first, progress=False)
+        except Exception as exc:
+            report.error(
+                f"{where}: level {lv.index} ('{lv.path}') does not read: "
+                f"{type(exc).__name__}: {exc}"
+            )
+    dtypes = [str(lv.dtype) for lv in image.levels]
+    if len(set(dtypes)) > 1:
+        report.error(f"{where}: levels have different dtypes {dtypes}; NGFF needs one dtype")
+    _check_shapes(image, report)
+    ic = _channel_axis(image)
+    if image.channels and ic is not None:
+        n = image.levels[0].shape[ic]
+        if len(image.channels) != n:
+            report.warning(
+                f"{where}: omero lists {len(image.channels)} channel(s) for a channel axis "
+                f"of length {n}"
+            )
+    if parent is not None or image.image_label is not None:
+        if image.levels[0].dtype.kind not in "iu":
+            report.error(f"{where}: label images need an integer dtype, not {dtypes[0]}")
+        if parent is not None:
+            _check_label_shape(image, parent, report)
+        return
+    labels = _parsed(lambda: image.labels, report)
+    if labels is None or not labels.names:
+        return
+    lgroup = image.group["labels"]
+    _models(lgroup, f"{where}/labels", report, inherit=image.version)
+    for name in labels.names:
+        label = _parsed(lambda name=name: labels[name], report)
+        if label is None:
+            continue
+        _models(label.group, label.path, report)
+        _check_image(label, report, parent=image)
+
+
+def _check_shapes(image: MultiscaleImage, report: _Report) -> None:
+    """Each level's shape is the previous level's divided by the ratio of their scales
+    (within rounding), and no level is larger than the one before."""
+    where = image.path
+    if not image.meta.exact:
+        report.warning(
+            f"{where}: levels are placed by more than a scale and a translation; level "
+            "shapes were not checked against the scales"
+        )
+        return
+    names = image.axis_names
+    for i in range(1, len(image.levels)):
+        prev, cur = image.levels[i - 1], image.levels[i]
+        s_prev, s_cur = image.scale(i - 1), image.scale(i)
+        for ax, (n0, n1, a, b) in enumerate(zip(prev.shape, cur.shape, s_prev, s_cur, strict=True)):
+            if n1 > n0:
+                report.error(
+                    f"{where}: level {i} ('{cur.path}') is longer than level {i - 1} along "
+                    f"axis '{names[ax]}' ({n1} > {n0})"
+                )
+                continue
+            if a <= 0 or b <= 0:
+                continue
+            expected = n0 * a / b
+            if abs(n1 - expected) > 1.0 + 1e-6:
+                report.error(
+                    f"{where}: level {i} ('{cur.path}') has {n1} voxels along axis "
+                    f"'{names[ax]}', but its scale ({b:g} vs {a:g}) says about {expected:.1f} "
+                    f"(level {i - 1} has {n0})"
+                )
+
+
+def _check_label_shape(label: MultiscaleImage, parent: MultiscaleImage, report: _Report) -> None:
+    mine = dict(zip(label.axis_names, label.levels[0].shape, strict=True))
+    theirs = dict(zip(parent.axis_names, parent.levels[0].shape, strict=True))
+    ic = _channel_axis(parent)
+    skip = parent.axis_names[ic] if ic is not None else None
+    differ = [
+        f"{a}: {mine[a]} vs {theirs[a]}"
+        for a in mine
+        if a in theirs and a != skip and mine[a] != theirs[a]
+    ]
+    if differ:
+        report.warning(
+            f"{label.path}: level 0 differs in shape from the image's level 0 ({', '.join(differ)})"
+        )
+
+
+def _channel_axis(image: MultiscaleImage) -> int | None:
+    from linumpy_gpu.image.repr import channel_axis
+
+    return channel_axis(image)
+
+
+def _describe_short(opened: Any) -> str:
+    from linumpy_gpu.image import MultiscaleImage, Plate, SeriesCollection, Well
+
+    if isinstance(opened, MultiscaleImage):
+        n = len(opened.labels.names) if opened.image_label is None else 0
+        return f"NGFF {opened.version} image, {len(opened.levels)} level(s)" + (
+            f", {n} label image(s)" if n else ""
+        )
+    if isinstance(opened, Plate):
+        return f"NGFF {opened.meta.version} plate, {len(opened.wells)} well(s)"
+    if isinstance(opened, Well):
+        return f"NGFF {opened.meta.version} well, {len(opened)} field(s)"
+    if isinstance(opened, SeriesCollection):
+        return f"bioformats2raw collection, {len(opened)} series"
+    return type(opened).__name__
+
+
+# -- inspect ------------------------------------------------------------------------------------
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from linumpy_gpu.image import open_ome_zarr
+
+    opened = open_ome_zarr(args.path)
+    if not args.json:
+        print(opened)
+        return 0
+    print(to_json(describe(opened)))
+    return 0
+
+
+def describe(opened: Any) -> dict[str, Any]:
+    """A JSON-ready description of what :func:`~linumpy_gpu.open_ome_zarr` returned: an
+    image (levels, axes, units, channels, labels), a plate (rows, columns, wells), a well
+    (fields), a bioformats2raw collection (series) or a scene (images)."""
+    from linumpy_gpu.image import MultiscaleImage, Plate, SeriesCollection, Well
+
+    if isinstance(opened, MultiscaleImage):
+        return _image_dict(opened)
+    if isinstance(opened, Plate):
+        meta = opened.meta
+        return {
+            "kind": "plate",
+            "path": opened.path,
+            "ngff_version": meta.version,
+            "name": meta.name,
+            "rows": list(meta.rows),
+            "columns": list(meta.columns),
+            "wells": [{"path": w.path, "row": w.row, "column": w.column} for w in meta.wells],
+            "acquisitions": [
+                {"id": a.id, "name": a.name, "maximum_field_count": a.maximum_field_count}
+                for a in meta.acquisitions
+            ],
+            "field_count": meta.field_count,
+        }
+    if isinstance(opened, Well):
+        return {
+            "kind": "well",
+            "path": opened.path,
+            "ngff_version": opened.meta.version,
+            "fields": [{"path": f.path, "acquisition": f.acquisition} for f in opened.fields],
+        }
+    if isinstance(opened, SeriesCollection):
+        return {"kind": "series", "path": opened.path, "series": list(opened.series_paths)}
+    scene: Any = getattr(opened, "meta", None)
+    return {
+        "kind": type(opened).__name__.lower(),
+        "path": getattr(opened, "path", None),
+        "ngff_version": getattr(scene, "version", None),
+        "images": list(getattr(scene, "image_paths", ())),
+        "coordinate_systems": [cs.name for cs in getattr(scene, "coordinate_systems", ())],
+    }
+
+
+def _image_dict(image: MultiscaleImage, with_labels: bool = True) -> dict[str, Any]:
+    levels = [
+        {
+            "index": lv.index,
+            "path": lv.path,
+            "shape": list(lv.shape),
+            "dtype": str(lv.dtype),
+            "chunks": list(lv.chunks),
+            "shards": list(lv.shards) if lv.shards else None,
+            "codecs": list(lv.codecs),
+            "nbytes": lv.nbytes,
+            "scale": list(lv.scale),
+            "translation": list(lv.translation),
+        }
+        for lv in image.levels
+    ]
+    out: dict[str, Any] = {
+        "kind": "label image" if image.image_label is not None else "image",
+        "path": image.path,
+        "name": image.name,
+        "ngff_version": image.version,
+        "dtype": str(image.levels[0].dtype),
+        "shape": list(image.levels[0].shape),
+        "axes": [{"name": a.name, "type": a.type, "unit": a.unit} for a in image.axes],
+        "units": {a.name: a.unit for a in image.axes if a.unit},
+        "scales": [lv["scale"] for lv in levels],
+        "translations": [lv["translation"] for lv in levels],
+        "exact_transforms": image.meta.exact,
+        "pyramid_type": image.meta.type,
+        "levels": levels,
+        "channels": [
+            {"label": c.label, "color": c.color, "window": c.window, "active": c.active}
+            for c in image.channels
+        ],
+    }
+    if image.image_label is not None:
+        meta = image.image_label
+        out["image_label"] = {
+            "colors": [{"label_value": c.label_value, "rgba": c.rgba} for c in meta.colors],
+            "properties": list(meta.properties),
+            "source_image": meta.source_image,
+        }
+    elif with_labels:
+        labels = image.labels
+        out["labels"] = [_image_dict(labels[name], with_labels=False) for name in labels.names]
+        for entry, name in zip(out["labels"], labels.names, strict=True):
+            entry["label_name"] = name
+    return out
+
+
+def to_json(value: Any, indent: int = 0) -> str:
+    """``value`` as JSON: objects one key a line, lists of plain values on one line."""
+    pad, inner = "  " * indent, "  " * (indent + 1)
+    flat = json.dumps(value, default=_json_default)
+    if len(flat) <= 72 and not (
+        isinstance(value, dict) and any(isinstance(v, dict | list | tuple) for v in value.values())
+    ):
+        return flat
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(str(k))}: {to_json(v, indent + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list | tuple) and any(isinstance(v, dict | list | tuple) for v in value):
+        items = [f"{inner}{to_json(v, indent + 1)}" for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    return json.dumps(value, default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, tuple | set | frozenset):
+        return list(value)
+    return str(value)
+
+
+# -- convert ------------------------------------------------------------------------------------
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from linumpy_gpu.errors import (
+        InvalidArgumentError,
+        LinumpyGpuError,
+        StoreExistsError,
+        UnsupportedWriteError,
+        WriteError,
+    )
+    from linumpy_gpu.image import MultiscaleImage, open_ome_zarr
+    from linumpy_gpu.image._common import format_bytes
+    from linumpy_gpu.io.files import built_beside, check_replaceable
+
+    progress = _progress(args)
+    if args.levels is not None and args.levels < 1:
+        raise InvalidArgumentError(f"--levels must be at least 1, got {args.levels}")
+    _check_not_overlapping(args.src, args.dst)
+    local = _local(args.dst)
+    target = os.path.abspath(_strip_file(args.dst)) if local else args.dst
+    if local and os.path.lexists(target):
+        if not args.overwrite:
+            raise StoreExistsError(f"'{args.dst}' exists; pass --overwrite to replace it")
+        check_replaceable(target)
+    src = open_ome_zarr(args.src, device=args.device)
+    if not isinstance(src, MultiscaleImage):
+        raise UnsupportedWriteError(
+            f"convert rewrites one multiscale image; '{args.src}' holds a "
+            f"{type(src).__name__}: convert its images one by one (see linumpy-gpu inspect)"
+        )
+    if src.image_label is not None:
+        raise UnsupportedWriteError(
+            f"'{args.src}' is a label image: convert the image it belongs to"
+        )
+    if not src.meta.exact:
+        _note(
+            f"'{src.path}' places its levels by more than a scale and a translation; only "
+            "the scale and translation are carried over"
+        )
+    t0 = time.perf_counter()
+    try:
+        if local:
+            # built whole beside DST and swapped in at the end: DST stays as it was until
+            # the new store is complete, and a failed convert leaves nothing behind
+            with built_beside(target, args.overwrite) as staging:
+                _, copy, n_labels = _convert_into(staging, True, src, args, progress)
+        else:
+            _, copy, n_labels = _convert_into(target, args.overwrite, src, args, progress)
+    except LinumpyGpuError:
+        raise
+    except Exception as exc:
+        raise WriteError(
+            f"converting '{args.src}' failed ({type(exc).__name__}: {exc}); "
+            + (f"'{args.dst}' was not changed" if local else f"'{args.dst}' may be incomplete")
+        ) from exc
+    result = open_ome_zarr(target)
+    assert isinstance(result, MultiscaleImage)
+    dt = time.perf_counter() - t0
+    how = "copied" if copy else "computed from level 0"
+    shards = result.levels[0].shards
+    print(
+        f"converted {src.path} -> {result.path}: NGFF {result.version}, {len(result.levels)} "
+        f"level(s) (lower levels {how}), chunks {_dims(result.levels[0].chunks)}, shards "
+        f"{_dims(shards) if shards else 'none'}, {n_labels} label image(s); "
+        f"{format_bytes(src.levels[0].nbytes)} at level 0 in {dt:.1f} s"
+    )
+    return 0
+
+
+def _convert_into(
+    dst: str, overwrite: bool, src: MultiscaleImage, args: argparse.Namespace, progress: bool
+) -> tuple[int, bool, int]:
+    """Write ``src`` as the image at ``dst``; returns the number of levels, whether the
+    lower levels were copied, and the number of label images."""
+    from linumpy_gpu.write import write_labels, write_ome_zarr
+
+    chunks, shards = _layout(src, args.chunks, args.shards, args.ngff_version)
+    n_src = len(src.levels)
+    n = args.levels or n_src
+    copy = args.pyramid == "copy" and n <= n_src
+    if args.pyramid == "copy" and n > n_src:
+        _note(f"the source has {n_src} level(s): all {n} levels are computed from level 0")
+    levels: int | list[tuple[int, ...]] = 1
+    method = _pyramid_method(src)
+    if not copy:
+        levels = _source_factors(src)[: n - 1] if n <= n_src else n
+        if not levels:
+            levels = 1
+    labels = _convertible_labels(src)
+    unit = _write_unit(src.levels[0].shape, chunks, shards)
+    data = src.levels[0].to_dask(chunks=_dask_chunks(src.levels[0], unit))
+    out = write_ome_zarr(
+        dst,
+        data,
+        axes=src.axis_names,
+        units=[a.unit for a in src.axes],
+        scale=src.scale(0),
+        translation=src.translation(0),
+        channels=_channels_for(src, args.ngff_version),
+        version=args.ngff_version,
+        chunks=chunks,
+        shards=shards,
+        levels=levels,
+        method=method,
+        name=src.name,
+        overwrite=overwrite,
+        device=args.device,
+        progress=progress,
+    )
+    # lower levels copied (image and labels) under a write-in-progress mark, metadata last
+    written = []
+    for name, label in labels:
+        lv0 = label.levels[0]
+        label_chunks = _label_chunks(src, label, chunks)
+        label_data = lv0.to_dask(
+            chunks=_dask_chunks(lv0, _write_unit(lv0.shape, label_chunks, None))
+        )
+        if lv0.shape == src.levels[0].shape:
+            out_label = write_labels(
+                out,
+                name,
+                label_data,
+                colors=_label_colors(label),
+                properties=_label_properties(label, name),
+                chunks=label_chunks,
+                overwrite=False,
+                device=args.device,
+            )
+        else:  # labels without the image's channel (or time) axis: written as they are
+            label_levels = 1 if copy else (_source_factors(label)[: n - 1] or 1)
+            out_label = _write_label_image(
+                out,
+                name,
+                label,
+                label_data,
+                label_chunks,
+                args.ngff_version,
+                label_levels,
+                args.device,
+            )
+        written.append((name, label, label_chunks, _writable_group(out_label), out_label.path))
+    group = _writable_group(out)
+    if copy and n > 1:
+        group.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
+    for name, label, label_chunks, label_group, where in written:
+        n_label = min(n, len(label.levels))
+        if copy and n_label > 1:
+            label_group.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
+            _copy_levels(
+                label, label_group, label_chunks, None, progress, f"labels/{name}", n_label
+            )
+        _finish_metadata(label_group, where, label, args.ngff_version, copy, n_label)
+    if copy and n > 1:
+        _copy_levels(src, group, chunks, shards, progress, os.path.basename(out.path), n)
+    _finish_metadata(group, out.path, src, args.ngff_version, copy, n)
+    return n, copy, len(written)
+
+
+def _dims(values: Sequence[int] | None) -> str:
+    return "x".join(str(v) for v in values or ())
+
+
+def _local(path: str) -> bool:
+    from linumpy_gpu.io.stores import split_protocol
+
+    protocol, _ = split_protocol(path)
+    return protocol in (None, "file")
+
+
+def _check_not_overlapping(src: str, dst: str) -> None:
+    """Refuse a DST that is SRC, inside it or around it: writing it would destroy the
+    source while it is read."""
+    from linumpy_gpu.errors import InvalidArgumentError
+
+    if _local(src) and _local(dst):
+        a = os.path.realpath(_strip_file(src))
+        b = os.path.realpath(_strip_file(dst))
+        same = a == b or a.startswith(b + os.sep) or b.startswith(a + os.sep)
+    else:
+        same = src.rstrip("/") == dst.rstrip("/")
+    if same:
+        raise InvalidArgumentError(
+            f"DST '{dst}' is the source '{src}' or inside or around it; write to another path"
+        )
+
+
+def _strip_file(path: str) -> str:
+    return path[len("file://") :] if path.startswith("file://") else path
+
+
+def _layout(
+    src: MultiscaleImage,
+    chunks: tuple[int, ...] | None,
+    shards: tuple[int, ...] | str | None,
+    version: str,
+) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """The chunk and shard shapes to write: the arguments, else the GPU-friendly default
+    (64^3 chunks in 256x512x512 shards along the last three spatial axes), clipped to the
+    shape; no shards for NGFF 0.4."""
+    from linumpy_gpu.errors import InvalidArgumentError
+
+    shape = src.levels[0].shape
+    ndim = len(shape)
+    spatial = [
+        i
+        for i, a in enumerate(src.axes)
+        if a.type == "space" or (a.type is None and a.name in ("z", "y", "x"))
+    ]
+    default_c, default_s = [1] * ndim, [1] * ndim
+    if len(spatial) >= 3:
+        for i, c, s in zip(spatial[-3:], CONVERT_CHUNKS_3D, CONVERT_SHARDS_3D, strict=True):
+            default_c[i], default_s[i] = c, s
+    else:
+        tail = spatial[-2:] if spatial else list(range(max(0, ndim - 2), ndim))
+        for i, c, s in zip(tail, CONVERT_CHUNKS_2D[-len(tail) :], CONVERT_SHARDS_2D, strict=False):
+            default_c[i], default_s[i] = c, s
+    if chunks is not None and len(chunks) != ndim:
+        raise InvalidArgumentError(
+            f"--chunks has {len(chunks)} values for the {ndim} axes {list(src.axis_names)}"
+        )
+    if isinstance(shards, tuple) and len(shards) != ndim:
+        raise InvalidArgumentError(
+            f"--shards has {len(shards)} values for the {ndim} axes {list(src.axis_names)}"
+        )
+    want_c = chunks or tuple(default_c)
+    out_c = tuple(min(c, n) for c, n in zip(want_c, shape, strict=True))
+    if shards == "none" or (version == "0.4" and shards is None):
+        return out_c, None
+    if isinstance(shards, tuple):
+        return out_c, shards
+    # default shards, rounded up to whole chunks and clipped to the (chunk-rounded) shape
+    out_s = tuple(
+        min(-(-s // c) * c, -(-n // c) * c) for s, c, n in zip(default_s, out_c, shape, strict=True)
+    )
+    return out_c, (None if out_s == out_c else out_s)  # a shard of one chunk: no shards
+
+
+def _write_unit(
+    shape: Sequence[int], chunks: Sequence[int], shards: Sequence[int] | None
+) -> tuple[int, ...]:
+    """The storage unit (shard, else chunk) a level of ``shape`` gets, as the writer clips
+    it."""
+    clipped = tuple(min(c, n) for c, n in zip(chunks, shape, strict=True))
+    if shards is None:
+        return clipped
+    return tuple(
+        max(c, min(s, -(-n // c) * c)) for s, c, n in zip(shards, clipped, shape, strict=True)
+    )
+
+
+def _dask_chunks(level: Any, unit: Sequence[int]) -> tuple[int, ...]:
+    """Blocks to read the source in: whole output units, grown to cover whole source units
+    where that stays under 1 GiB (so no source chunk is decoded many times)."""
+    source_unit = level.shards or level.chunks
+    grown = tuple(
+        min(-(-n // u) * u, u * -(-s // u))
+        for u, s, n in zip(unit, source_unit, level.shape, strict=True)
+    )
+    if math.prod(grown) * level.dtype.itemsize <= DASK_BLOCK_LIMIT:
+        return grown
+    return tuple(unit)
+
+
+def _channels_for(src: MultiscaleImage, version: str) -> list[Any] | None:
+    """The source's channels; for NGFF 0.4, which needs a window on every channel, the
+    dtype's range where the source gives none (with a note)."""
+    import dataclasses
+
+    import numpy as np
+
+    channels = list(src.channels)
+    if version != "0.4" or all(c.window is not None for c in channels):
+        return channels or None
+    dtype = src.levels[0].dtype
+    if dtype.kind in "iu":
+        lo, hi = float(np.iinfo(dtype).min), float(np.iinfo(dtype).max)
+    else:
+        lo, hi = 0.0, 1.0
+    window = {"start": lo, "end": hi, "min": lo, "max": hi}
+    _note(f"NGFF 0.4 needs a window per channel: channels without one get {lo:g}..{hi:g}")
+    return [
+        c if c.window is not None else dataclasses.replace(c, window=dict(window)) for c in channels
+    ]
+
+
+def _source_factors(src: MultiscaleImage) -> list[tuple[int, ...]]:
+    return [
+        tuple(max(1, round(a / b)) for a, b in zip(f.shape, c.shape, strict=True))
+        for f, c in zip(src.levels, src.levels[1:], strict=False)
+    ]
+
+
+def _pyramid_method(src: MultiscaleImage) -> str:
+    from linumpy_gpu.write.plan import METHODS
+
+    return src.meta.type if src.meta.type in METHODS else "mean"
+
+
+def _convertible_labels(src: MultiscaleImage) -> list[tuple[str, MultiscaleImage]]:
+    """The source's label images that can be written (integer data); a note for each one
+    that cannot."""
+    out = []
+    for name in src.labels.names:
+        label = src.labels[name]
+        dtype = label.levels[0].dtype
+        if dtype.kind not in "iu":
+            _note(f"label image '{name}' is skipped: its dtype {dtype} is not an integer")
+        else:
+            out.append((name, label))
+    return out
+
+
+def _label_chunks(
+    src: MultiscaleImage, label: MultiscaleImage, chunks: Sequence[int]
+) -> tuple[int, ...]:
+    """The image's chunk shape for the label image's axes (matched by name), clipped."""
+    by_name = dict(zip(src.axis_names, chunks, strict=True))
+    return tuple(
+        min(by_name.get(a, 64), n)
+        for a, n in zip(label.axis_names, label.levels[0].shape, strict=True)
+    )
+
+
+def _write_label_image(
+    out: MultiscaleImage,
+    name: str,
+    label: MultiscaleImage,
+    data: Any,
+    chunks: Sequence[int],
+    version: str,
+    levels: int | list[tuple[int, ...]],
+    device: str,
+) -> MultiscaleImage:
+    """A label image whose shape is not the image's (no channel axis, say), written with
+    its own axes, scale and translation under ``labels/name``, and listed in the labels
+    group."""
+    import zarr
+
+    from linumpy_gpu import ngff
+    from linumpy_gpu.image._common import join
+    from linumpy_gpu.io.stores import translated_errors
+    from linumpy_gpu.ngff import build
+    from linumpy_gpu.write import write_ome_zarr
+    from linumpy_gpu.write.plan import label_colors
+
+    image_label: dict[str, Any] = {"source": {"image": "../../"}}
+    colors = _label_colors(label)
+    properties = _label_properties(label, name)
+    if colors:
+        image_label["colors"] = label_colors(colors)
+    if properties:
+        image_label["properties"] = properties
+    if version == "0.4":
+        image_label["version"] = "0.4"
+    written = write_ome_zarr(
+        join(out.path, "labels", name),
+        data,
+        axes=label.axis_names,
+        units=[a.unit for a in label.axes],
+        scale=label.scale(0),
+        translation=label.translation(0),
+        version=version,
+        chunks=chunks,
+        levels=levels,
+        method="nearest",
+        name=label.name or name,
+        overwrite=False,
+        device=device,
+        _extra_block={"image-label": image_label},
+    )
+    group = _writable_group(out)
+    where = join(out.path, "labels")
+    with translated_errors(where):
+        labels_group = zarr.open_group(
+            store=group.store,
+            path=f"{group.path}/labels" if group.path else "labels",
+            mode="a",
+            zarr_format=group.metadata.zarr_format,
+        )
+        block, _ = ngff.ome_block(dict(labels_group.attrs), labels_group.metadata.zarr_format)
+        names = [x for x in block.get("labels", []) if x != name] + [name]
+        labels_group.attrs.put(build.wrap(version, {"labels": names}))
+    return written
+
+
+def _label_colors(label: MultiscaleImage) -> list[dict[str, Any]] | None:
+    meta = label.image_label
+    if meta is None:
+        return None
+    colors = [
+        {"label-value": int(c.label_value), "rgba": list(c.rgba)}
+        for c in meta.colors
+        if c.rgba is not None and float(c.label_value).is_integer()
+    ]
+    return colors or None
+
+
+def _label_properties(label: MultiscaleImage, name: str) -> list[dict[str, Any]] | None:
+    """The label properties, made to describe the same values as the colours (as the
+    writer needs): values with a colour but no properties get an empty entry; properties
+    of values without a colour are dropped, with a note."""
+    meta = label.image_label
+    if meta is None or not meta.properties:
+        return None
+    props = [dict(p) for p in meta.properties if isinstance(p.get("label-value"), int)]
+    colors = _label_colors(label)
+    if not colors:
+        return props or None
+    color_values = {c["label-value"] for c in colors}
+    kept = [p for p in props if p["label-value"] in color_values]
+    dropped = sorted({p["label-value"] for p in props} - color_values)
+    if dropped:
+        _note(
+            f"label image '{name}': properties of values {dropped} are not carried over "
+            "(they have no colour; NGFF lists the same values in both)"
+        )
+    have = {p["label-value"] for p in kept}
+    kept += [{"label-value": v} for v in sorted(color_values - have)]
+    return kept
+
+
+def _writable_group(image: MultiscaleImage) -> Any:
+    import zarr
+
+    store = image.group.store
+    if getattr(store, "read_only", False):
+        store = store.with_read_only(False)
+    return zarr.open_group(store=store, path=image.group.path, mode="r+")
+
+
+def _copy_levels(
+    src: MultiscaleImage,
+    group: Any,
+    chunks: Sequence[int],
+    shards: Sequence[int] | None,
+    progress: bool,
+    label: str,
+    n: int | None = None,
+) -> None:
+    """Levels 1.. of ``src`` as they are, into new arrays of ``group`` laid out like its
+    level 0 (codecs, chunks and shards clipped to each level's shape), block by block."""
+    from linumpy_gpu.engine.writer import ChunkedArrayWriter
+
+    n = len(src.levels) if n is None else n
+    first = group["0"]
+    v3 = first.metadata.zarr_format == 3
+    backend = src.backend
+    plans = []
+    for i in range(1, n):
+        lv = src.levels[i]
+        c = tuple(min(a, b) for a, b in zip(chunks, lv.shape, strict=True))
+        s = _write_unit(lv.shape, chunks, shards) if shards is not None else None
+        extra: dict[str, Any] = {}
+        if v3:
+            extra = {
+                "serializer": first.serializer,
+                "dimension_names": first.metadata.dimension_names,
+            }
+        array = group.create_array(
+            str(i),
+            shape=lv.shape,
+            dtype=first.dtype,
+            chunks=c,
+            shards=s,
+            filters=first.filters,
+            compressors=first.compressors,
+            fill_value=first.fill_value,
+            overwrite=True,
+            **extra,
+        )
+        writer = ChunkedArrayWriter(array, backend, name=str(array.store_path), locking=False)
+        plans.append((lv, writer, list(_blocks(lv.shape, s or c, lv.dtype.itemsize))))
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=sum(len(p[2]) for p in plans), desc=f"copying {label}", unit="block")
+    try:
+        for lv, writer, regions in plans:
+            for region in regions:
+                block = lv.read(region, progress=False)
+                if block.dtype != writer.layout.dtype:
+                    block = block.astype(writer.layout.dtype)
+                writer.write(region, block)
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _blocks(
+    shape: Sequence[int], unit: Sequence[int], itemsize: int
+) -> Iterator[tuple[slice, ...]]:
+    """Regions covering ``shape`` made of whole storage units, each of about
+    :data:`COPY_BLOCK_BYTES` (grown along the leading axes first)."""
+    block = [min(u, n) for u, n in zip(unit, shape, strict=True)]
+    for i in range(len(block)):
+        while block[i] < shape[i] and math.prod(block) * itemsize * 2 <= COPY_BLOCK_BYTES:
+            block[i] = min(block[i] * 2, -(-shape[i] // unit[i]) * unit[i])
+    grid = [range(0, n, b) for n, b in zip(shape, block, strict=True)]
+
+    def walk(axis: int, prefix: tuple[slice, ...]) -> Iterator[tuple[slice, ...]]:
+        if axis == len(shape):
+            yield prefix
+            return
+        for start in grid[axis]:
+            stop = min(start + block[axis], shape[axis])
+            yield from walk(axis + 1, (*prefix, slice(start, stop)))
+
+    yield from walk(0, ())
+
+
+def _finish_metadata(
+    group: Any,
+    where: str,
+    src: MultiscaleImage,
+    version: str,
+    copied: bool,
+    n: int | None = None,
+) -> None:
+    """The written image's final metadata: the source's axes as the source gives them
+    (units only where it has them) and, for copied levels, the source's scale and
+    translation of every level; the write-in-progress mark removed. Checked as a reader
+    reads it before it is written; where the source's axes would not pass, the writer's
+    are kept (with a note)."""
+    from linumpy_gpu import ngff
+    from linumpy_gpu.errors import InvalidMetadataError
+    from linumpy_gpu.ngff import build
+
+    zarr_format = group.metadata.zarr_format
+    attrs = dict(group.attrs)
+    attrs.pop(INCOMPLETE_MARKER, None)
+    block, _ = ngff.ome_block(attrs, zarr_format)
+    block = dict(block)
+    block.pop(INCOMPLETE_MARKER, None)
+    written = dict(block["multiscales"][0])
+    if not copied:
+        n = len(written["datasets"])
+    elif n is None:
+        n = len(src.levels)
+    if copied:
+        entry = build.multiscales_block(
+            version=version,
+            axes=src.axes,
+            paths=[str(i) for i in range(n)],
+            scales=[src.scale(i) for i in range(n)],
+            translations=[src.translation(i) for i in range(n)],
+            name=src.name,
+        )
+        if src.meta.type:
+            entry["type"] = src.meta.type
+        if src.meta.metadata:
+            entry["metadata"] = dict(src.meta.metadata)
+    else:
+        entry = {**written, "axes": build.axes_block(src.axes)}
+    for candidate in (entry, {**entry, "axes": written["axes"]}):
+        new = build.wrap(version, {**block, "multiscales": [candidate]})
+        try:
+            ome, declared = ngff.ome_block(new, zarr_format)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ngff.parse_multiscales(ome, declared, where)
+        except InvalidMetadataError as exc:
+            if candidate is not entry:
+                raise
+            _note(
+                f"{where}: the source's axes do not fit NGFF {version} ({exc}); kept the "
+                "writer's axes"
+            )
+            continue
+        group.attrs.put(new)
+        return
+
+
+# -- bench --------------------------------------------------------------------------------------
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from linumpy_gpu.errors import InvalidArgumentError
+    from linumpy_gpu.gpu.deps import missing_pieces
+    from linumpy_gpu.image import open_image
+    from linumpy_gpu.image._common import format_bytes
+
+    if args.repeat < 1:
+        raise InvalidArgumentError(f"--repeat must be at least 1, got {args.repeat}")
+    if args.device:
+        devices = [d.strip() for d in args.device.split(",") if d.strip()]
+        unknown = [d for d in devices if d not in ("cpu", "gpu")]
+        if unknown:
+            raise InvalidArgumentError(f"--device takes cpu and/or gpu, got {unknown}")
+        skipped: list[str] = []
+    else:
+        missing = missing_pieces()
+        devices = ["cpu"] if missing else ["cpu", "gpu"]
+        skipped = [f"gpu: not usable here (needs {'; '.join(missing)})"] if missing else []
+    image = open_image(args.path)
+    level = image.levels[0]
+    region = _bench_region(level.shape, level.shards or level.chunks, level.dtype.itemsize)
+    nbytes = math.prod(s.stop - s.start for s in region) * level.dtype.itemsize
+    results = []
+    for device in devices:
+        lv = open_image(args.path, device=device).levels[0]
+
+        def read(lv: Any = lv) -> None:
+            _sync(lv.read(region, progress=False))
+
+        results.append(_timed("linumpy_gpu", lv.device, read, args.repeat, nbytes))
+    if args.peers:
+        peers, why = _peer_readers(image, level, region)
+        skipped += why
+        for name, call in peers:
+            results.append(_timed(name, "cpu", call, args.repeat, nbytes))
+    report = {
+        "store": image.path,
+        "level": level.path,
+        "shape": list(level.shape),
+        "dtype": str(level.dtype),
+        "chunks": list(level.chunks),
+        "shards": list(level.shards) if level.shards else None,
+        "codecs": list(level.codecs),
+        "region": [[s.start, s.stop] for s in region],
+        "whole_level": nbytes == level.nbytes,
+        "nbytes": nbytes,
+        "repeat": args.repeat,
+        "results": results,
+        "skipped": skipped,
+    }
+    if args.json:
+        print(to_json(report))
+        return 0
+    what = "the whole level" if report["whole_level"] else "a region of it"
+    print(
+        f"{image.path}: level 0 ('{level.path}') {level.shape} {level.dtype}, "
+        f"{', '.join(level.codecs) or 'raw'}; read {what}: "
+        f"[{', '.join(f'{s.start}:{s.stop}' for s in region)}] = {format_bytes(nbytes)}"
+    )
+    rows = [("reader", "device", "best s", "GB/s", f"runs (s), best of {args.repeat}")]
+    for r in results:
+        rows.append(
+            (
+                r["reader"],
+                r["device"],
+                f"{r['best_s']:.4f}",
+                f"{r['gb_per_s']:.2f}",
+                " ".join(f"{t:.4f}" for t in r["times_s"]),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    for s in skipped:
+        print(f"  skipped {s}")
+    return 0
+
+
+def _bench_region(
+    shape: Sequence[int], unit: Sequence[int], itemsize: int, limit: int = BENCH_LIMIT
+) -> tuple[slice, ...]:
+    """The whole level, or a region from its origin, halved along the leading axes (in
+    whole storage units) until it holds at most ``limit`` bytes."""
+    extent = list(shape)
+    while math.prod(extent) * itemsize > limit:
+        for i in range(len(extent)):
+            if extent[i] > unit[i]:
+                half = max(unit[i], -(-(extent[i] // 2) // unit[i]) * unit[i])
+                extent[i] = half if half < extent[i] else unit[i]
+                break
+        else:
+            break
+    return tuple(slice(0, n) for n in extent)
+
+
+def _timed(reader: str, device: str, call: Any, repeat: int, nbytes: int) -> dict[str, Any]:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    best = min(times)
+    return {
+        "reader": reader,
+        "device": device,
+        "times_s": times,
+        "best_s": best,
+        "gb_per_s": nbytes / best / 1e9 if best > 0 else float("inf"),
+    }
+
+
+def _peer_readers(
+    image: Any, level: Any, region: tuple[slice, ...]
+) -> tuple[list[tuple[str, Any]], list[str]]:
+    """zarr-python's and tensorstore's reads of the same region (local stores only)."""
+    import importlib.util
+
+    import zarr
+
+    root = getattr(image.group.store, "root", None)
+    if root is None:
+        return [], ["peers: only local stores are timed with zarr-python and tensorstore"]
+    path = os.path.join(os.fspath(root), *f"{image.group.path}/{level.path}".strip("/").split("/"))
+    array = zarr.open_array(path, mode="r")
+
+    def zarr_read() -> None:
+        array[region]
+
+    peers: list[tuple[str, Any]] = [("zarr-python", zarr_read)]
+    skipped = []
+    if importlib.util.find_spec("tensorstore") is None:
+        skipped.append("tensorstore: not installed")
+    else:
+        import tensorstore as ts
+
+        driver = "zarr3" if array.metadata.zarr_format == 3 else "zarr"
+        store = ts.open(
+            {"driver": driver, "kvstore": {"driver": "file", "path": path}}, read=True
+        ).result()
+
+        def ts_read() -> None:
+            store[region].read().result()
+
+        peers.append(("tensorstore", ts_read))
+    return peers, skipped
+
+
+# -- demo, info ---------------------------------------------------------------------------------
+
+
+def _demo(args: argparse.Namespace) -> int:
     import numpy as np
     import zarr
 
@@ -51,6 +1363,7 @@ def _demo(out: str | None, device: str) -> int:
     from linumpy_gpu.image import open_image
     from linumpy_gpu.sample import write_sample
 
+    out, device = args.out, args.device
     with tempfile.TemporaryDirectory() as tmp:
         # the sample goes into a new folder of its own: files already in --out are never touched
         path = os.path.join(os.path.abspath(out) if out else tmp, "sample.ome.zarr")
@@ -101,14 +1414,7 @@ def _sync(data: Any) -> None:
         cupy.cuda.get_current_stream().synchronize()
 
 
-def _inspect(path: str) -> int:
-    from linumpy_gpu.image import open_ome_zarr
-
-    print(open_ome_zarr(path))
-    return 0
-
-
-def _info() -> int:
+def _info(args: argparse.Namespace) -> int:
     import numpy
     import zarr
 
@@ -132,6 +1438,16 @@ def _info() -> int:
     for key, value in info().items():
         print(f"{key}: {value}")
     return 0
+
+
+_COMMANDS = {
+    "validate": _validate,
+    "inspect": _inspect,
+    "convert": _convert,
+    "bench": _bench,
+    "demo": _demo,
+    "info": _info,
+}
 
 
 if __name__ == "__main__":

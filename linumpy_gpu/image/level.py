@@ -201,6 +201,12 @@ class Level:
     def __len__(self) -> int:
         return self.shape[0]
 
+    def _repr_html_(self) -> str:
+        """An HTML summary for Jupyter: this level's row of the image's level table."""
+        from linumpy_gpu.image.repr import level_html
+
+        return level_html(self)
+
     def __repr__(self) -> str:
         shards = f", shards={self.shards}" if self.shards else ""
         return (

@@ -230,6 +230,13 @@ class MultiscaleImage:
                 slice(s.start // f, -(-s.stop // f)) for s, f in zip(current, factors, strict=True)
             )
 
+    def _repr_html_(self) -> str:
+        """An HTML summary for Jupyter: levels, axes, channels, labels and a thumbnail (see
+        :mod:`linumpy_gpu.image.repr`)."""
+        from linumpy_gpu.image.repr import image_html
+
+        return image_html(self)
+
     def __repr__(self) -> str:
         axes = ", ".join(
             f"{a.name}[{a.type or '?'}{', ' + a.unit if a.unit else ''}]" for a in self.axes
@@ -315,6 +322,12 @@ class Labels(Mapping[str, MultiscaleImage]):
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def _repr_html_(self) -> str:
+        """An HTML summary for Jupyter: the label images' names, shapes and colours."""
+        from linumpy_gpu.image.repr import labels_html
+
+        return labels_html(self)
 
     def __repr__(self) -> str:
         return f"<Labels of '{self._image.path}': {list(self.names)}>"

@@ -1,0 +1,606 @@
+"""The ``linumpy-gpu`` command: validate, inspect --json, convert, bench, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numcodecs
+import numpy as np
+import pytest
+import zarr
+
+import linumpy_gpu as lg
+from linumpy_gpu.cli import _bench_region, _blocks, _layout, main
+from tests.helpers.safety import snapshot
+
+
+def _volume(shape=(2, 20, 70, 90), seed=0, dtype="u2") -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 4000, size=shape).astype(dtype)
+
+
+@pytest.fixture
+def image_path(tmp_path) -> Path:
+    """A 0.5 image with channels, units, a translation and a label image."""
+    path = tmp_path / "img.ome.zarr"
+    data = _volume()
+    img = lg.write_ome_zarr(
+        path,
+        data,
+        axes="czyx",
+        units=[None, "micrometer", "micrometer", "micrometer"],
+        scale=(1.0, 2.0, 0.5, 0.5),
+        translation=(0.0, 10.0, 20.0, 30.0),
+        channels=[
+            {
+                "label": "dapi",
+                "color": "0000FF",
+                "window": {"start": 0, "end": 3000, "min": 0, "max": 65535},
+            },
+            {"label": "gfp", "color": "00FF00", "active": False},
+        ],
+        chunks=(1, 8, 32, 32),
+        levels=3,
+        name="cells",
+    )
+    lg.write_labels(img, "nuclei", (data % 4).astype("u4"), colors={1: (255, 0, 0, 255)})
+    return path
+
+
+def _zarr_v2_blosc(path: Path) -> Path:
+    """An NGFF 0.4 image written with zarr-python alone: zarr v2, Blosc, level shapes
+    rounded down (as many tools do), and a label image."""
+    data = _volume((15, 41, 37), seed=3)
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    compressor = numcodecs.Blosc("lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
+    datasets, level = [], data
+    for i in range(3):
+        arr = root.create_array(
+            f"s{i}",
+            shape=level.shape,
+            dtype=level.dtype,
+            chunks=(8, 16, 16),
+            compressors=compressor,
+        )
+        arr[...] = level
+        s = 2.0**i
+        datasets.append(
+            {
+                "path": f"s{i}",
+                "coordinateTransformations": [{"type": "scale", "scale": [1.0, 0.4 * s, 0.4 * s]}],
+            }
+        )
+        level = level[:, : level.shape[1] // 2 * 2 : 2, : level.shape[2] // 2 * 2 : 2]
+    axes = [
+        {"name": "z", "type": "space", "unit": "micrometer"},
+        {"name": "y", "type": "space", "unit": "micrometer"},
+        {"name": "x", "type": "space", "unit": "micrometer"},
+    ]
+    root.attrs.put(
+        {"multiscales": [{"version": "0.4", "axes": axes, "datasets": datasets, "name": "v2"}]}
+    )
+    labels = root.create_group("labels")
+    labels.attrs.put({"labels": ["seg"]})
+    seg = labels.create_group("seg")
+    lab = (data % 3).astype("u2")
+    seg_sets = []
+    for i in range(2):
+        arr = seg.create_array(
+            f"{i}", shape=lab.shape, dtype=lab.dtype, chunks=(8, 16, 16), compressors=compressor
+        )
+        arr[...] = lab
+        s = 2.0**i
+        seg_sets.append(
+            {
+                "path": f"{i}",
+                "coordinateTransformations": [{"type": "scale", "scale": [1.0, 0.4 * s, 0.4 * s]}],
+            }
+        )
+        lab = lab[:, : lab.shape[1] // 2 * 2 : 2, : lab.shape[2] // 2 * 2 : 2]
+    seg.attrs.put(
+        {
+            "multiscales": [{"version": "0.4", "axes": axes, "datasets": seg_sets}],
+            "image-label": {
+                "version": "0.4",
+                "colors": [{"label-value": 1, "rgba": [0, 0, 255, 255]}],
+            },
+        }
+    )
+    return path
+
+
+def _ome_zarr_py_blosc(path: Path) -> Path:
+    from ome_zarr.format import FormatV04
+    from ome_zarr.io import parse_url
+    from ome_zarr.writer import write_image
+
+    fmt = FormatV04()
+    store = parse_url(str(path), mode="w", fmt=fmt).store
+    root = zarr.group(store=store, zarr_format=2, overwrite=True)
+    write_image(
+        image=_volume((2, 9, 37, 41), seed=5),
+        group=root,
+        axes="czyx",
+        fmt=fmt,
+        storage_options=dict(chunks=(1, 8, 16, 16), compressor=numcodecs.Blosc("zstd", shuffle=2)),
+    )
+    return path
+
+
+def _assert_same_image(a: lg.MultiscaleImage, b: lg.MultiscaleImage) -> None:
+    assert len(a.levels) == len(b.levels)
+    for la, lb in zip(a.levels, b.levels, strict=True):
+        assert la.shape == lb.shape
+        np.testing.assert_array_equal(la.read(), lb.read())
+        assert la.scale == pytest.approx(lb.scale)
+        assert la.translation == pytest.approx(lb.translation)
+    assert [(x.name, x.type, x.unit) for x in a.axes] == [(x.name, x.type, x.unit) for x in b.axes]
+    assert a.channels == b.channels
+
+
+# -- every command: one-line errors ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["validate", "{missing}"],
+        ["inspect", "{missing}"],
+        ["inspect", "--json", "{missing}"],
+        ["convert", "{missing}", "{tmp}/out.zarr"],
+        ["bench", "{missing}"],
+    ],
+)
+def test_typed_errors_are_one_line_and_exit_2(tmp_path, capsys, argv):
+    args = [a.format(missing=tmp_path / "missing.zarr", tmp=tmp_path) for a in argv]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert all(line.startswith("linumpy-gpu: ") for line in lines)  # notes (no GPU), then
+    assert [line for line in lines if "error" in line[:20]] == lines[-1:]  # one error line
+    assert lines[-1].startswith("linumpy-gpu: error: ")
+    assert "Traceback" not in captured.err + captured.out
+
+
+def test_the_entry_point_runs_as_a_module(image_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "linumpy_gpu", "validate", str(image_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("OK: ")
+    missing = subprocess.run(
+        [sys.executable, "-m", "linumpy_gpu", "inspect", str(image_path / "nope")],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("linumpy-gpu: error: ") and "Traceback" not in missing.stderr
+
+
+# -- validate ---------------------------------------------------------------------------------
+
+
+def test_validate_a_clean_store(image_path, capsys):
+    assert main(["validate", str(image_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.strip().splitlines() == [
+        f"OK: {image_path}: NGFF 0.5 image, 3 level(s), 1 label image(s); no problems found"
+    ]
+
+
+def test_validate_stores_of_other_writers(tmp_path, capsys):
+    v2 = _zarr_v2_blosc(tmp_path / "v2.zarr")
+    assert main(["validate", str(v2)]) == 0, capsys.readouterr().out
+    assert capsys.readouterr().out.startswith("OK: ")
+    ozp = _ome_zarr_py_blosc(tmp_path / "ozp.zarr")
+    assert main(["validate", str(ozp)]) == 0
+    assert capsys.readouterr().out.startswith("OK: ")
+
+
+def _problems(out: str) -> list[str]:
+    lines = out.strip().splitlines()
+    assert lines[-1].endswith("warning(s)")  # the summary
+    assert all(line.startswith(("ERROR: ", "WARNING: ")) for line in lines[:-1]), lines
+    return lines[:-1]
+
+
+def test_validate_a_damaged_chunk_and_a_dtype_mismatch(image_path, capsys):
+    first = image_path / "1" / "c" / "0" / "0" / "0" / "0"
+    first.write_bytes(b"not zstd at all")
+    root = zarr.open_group(str(image_path), mode="r+")
+    data = root["2"][...]
+    root.create_array("2", shape=data.shape, dtype="f4", chunks=(1, 8, 32, 32), overwrite=True)
+    assert main(["validate", str(image_path)]) == 1
+    problems = _problems(capsys.readouterr().out)
+    assert any("level 1 ('1') does not read" in p for p in problems)
+    assert any("different dtypes" in p and p.startswith("ERROR") for p in problems)
+
+
+def test_validate_shapes_that_do_not_follow_the_scales(tmp_path, capsys):
+    path = tmp_path / "bad.zarr"
+    lg.write_ome_zarr(path, _volume((16, 64, 64)), axes="zyx", levels=2)
+    root = zarr.open_group(str(path), mode="r+")
+    root.create_array("1", shape=(16, 64, 64), dtype="u2", chunks=(16, 64, 64), overwrite=True)
+    assert main(["validate", str(path)]) == 1
+    problems = _problems(capsys.readouterr().out)
+    assert any("level 1 ('1') has 16 voxels along axis 'z'" in p for p in problems), problems
+    assert any("axis 'y'" in p for p in problems)
+
+
+def test_validate_metadata_errors_are_problems_not_crashes(tmp_path, capsys):
+    path = tmp_path / "meta.zarr"
+    lg.write_ome_zarr(path, _volume((8, 16, 16)), axes="zyx")
+    attrs = json.loads((path / "zarr.json").read_text())
+    axes = attrs["attributes"]["ome"]["multiscales"][0]["axes"]
+    axes[0]["unit"] = "parsec-ish"  # not an error: NGFF recommends UDUNITS-2 units
+    (path / "zarr.json").write_text(json.dumps(attrs))
+    assert main(["validate", str(path)]) == 0
+    problems = _problems(capsys.readouterr().out)
+    assert (
+        len(problems) == 1 and problems[0].startswith("WARNING: ") and "parsec-ish" in problems[0]
+    )
+    axes[0]["unit"], axes[1]["name"] = "micrometer", "z"
+    (path / "zarr.json").write_text(json.dumps(attrs))
+    assert main(["validate", str(path)]) == 1
+    problems = _problems(capsys.readouterr().out)
+    # ome-zarr-models' opinion and ours, both errors
+    assert len(problems) == 2 and all(p.startswith("ERROR: ") and "unique" in p for p in problems)
+
+
+def test_validate_cannot_open(tmp_path, capsys):
+    plain = zarr.open_group(str(tmp_path / "plain.zarr"), mode="w")
+    plain.attrs["hello"] = "world"
+    assert main(["validate", str(tmp_path / "plain.zarr")]) == 2
+    assert main(["validate", str(tmp_path / "nothing")]) == 2
+    (tmp_path / "file.txt").write_text("x")
+    assert main(["validate", str(tmp_path / "file.txt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(e.startswith("linumpy-gpu: error: ") for e in err)
+
+
+def test_validate_strict_fails_on_warnings(tmp_path, capsys):
+    path = tmp_path / "w.zarr"
+    lg.write_ome_zarr(path, _volume((8, 16, 16)), axes="zyx", version="0.4")
+    attrs = json.loads((path / ".zattrs").read_text())
+    del attrs["multiscales"][0]["version"]  # read by layout, with a warning
+    (path / ".zattrs").write_text(json.dumps(attrs))
+    assert main(["validate", str(path)]) == 0
+    assert "WARNING: " in capsys.readouterr().out
+    assert main(["validate", "--strict", str(path)]) == 1
+
+
+def test_validate_a_plate(tmp_path, capsys):
+    plate = _plate(tmp_path / "plate.zarr")
+    assert main(["validate", str(plate)]) == 0, capsys.readouterr().out
+    assert "plate, 2 well(s)" in capsys.readouterr().out
+
+
+def _plate(path: Path) -> Path:
+    root = zarr.open_group(str(path), mode="w", zarr_format=3)
+    wells = [("A", "1", 0, 0), ("B", "2", 1, 1)]
+    root.attrs.put(
+        {
+            "ome": {
+                "version": "0.5",
+                "plate": {
+                    "name": "screen",
+                    "rows": [{"name": "A"}, {"name": "B"}],
+                    "columns": [{"name": "1"}, {"name": "2"}],
+                    "wells": [
+                        {"path": f"{r}/{c}", "rowIndex": ri, "columnIndex": ci}
+                        for r, c, ri, ci in wells
+                    ],
+                },
+            }
+        }
+    )
+    for r, c, _, _ in wells:
+        well = root.create_group(f"{r}/{c}")
+        well.attrs.put({"ome": {"version": "0.5", "well": {"images": [{"path": "0"}]}}})
+        lg.write_ome_zarr(path / r / c / "0", _volume((4, 16, 16)), axes="zyx")
+    return path
+
+
+# -- inspect ----------------------------------------------------------------------------------
+
+
+def test_inspect_json_of_an_image(image_path, capsys):
+    assert main(["inspect", "--json", str(image_path)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["kind"] == "image" and info["ngff_version"] == "0.5" and info["name"] == "cells"
+    assert info["dtype"] == "uint16"
+    assert info["units"] == {"z": "micrometer", "y": "micrometer", "x": "micrometer"}
+    assert [a["name"] for a in info["axes"]] == ["c", "z", "y", "x"]
+    assert [lv["shape"] for lv in info["levels"]] == [
+        [2, 20, 70, 90],
+        [2, 10, 35, 45],
+        [2, 5, 18, 23],
+    ]
+    assert info["levels"][0]["chunks"] == [1, 8, 32, 32]
+    assert info["levels"][0]["shards"] is None
+    assert info["levels"][0]["codecs"] == ["zstd(level=3, checksum=True)"]
+    assert info["scales"][0] == [1.0, 2.0, 0.5, 0.5] and info["scales"][1] == [1.0, 4.0, 1.0, 1.0]
+    assert info["translations"][0] == [0.0, 10.0, 20.0, 30.0]
+    assert [c["label"] for c in info["channels"]] == ["dapi", "gfp"]
+    assert info["channels"][0]["color"] == "0000FF"
+    (label,) = info["labels"]
+    assert label["label_name"] == "nuclei" and label["kind"] == "label image"
+    assert label["dtype"] == "uint32" and label["levels"][0]["shape"] == [2, 20, 70, 90]
+    assert label["image_label"]["colors"] == [{"label_value": 1, "rgba": [255, 0, 0, 255]}]
+
+
+def test_inspect_json_of_a_plate_and_a_well(tmp_path, capsys):
+    plate = _plate(tmp_path / "plate.zarr")
+    assert main(["inspect", "--json", str(plate)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["kind"] == "plate" and info["name"] == "screen"
+    assert info["rows"] == ["A", "B"] and info["columns"] == ["1", "2"]
+    assert [w["path"] for w in info["wells"]] == ["A/1", "B/2"]
+    assert main(["inspect", "--json", str(plate / "A" / "1")]) == 0
+    well = json.loads(capsys.readouterr().out)
+    assert well["kind"] == "well" and well["fields"] == [{"path": "0", "acquisition": None}]
+
+
+def test_inspect_text_is_the_repr(image_path, capsys):
+    assert main(["inspect", str(image_path)]) == 0
+    assert capsys.readouterr().out.strip() == repr(lg.open_ome_zarr(image_path))
+
+
+# -- convert ----------------------------------------------------------------------------------
+
+
+def test_convert_defaults_to_the_gpu_layout_and_carries_everything(image_path, tmp_path, capsys):
+    dst = tmp_path / "out.ome.zarr"
+    assert main(["convert", str(image_path), str(dst), "--device", "cpu"]) == 0
+    assert "converted" in capsys.readouterr().out
+    src, out = lg.open_ome_zarr(image_path), lg.open_ome_zarr(dst)
+    assert out.version == "0.5" and out.name == "cells"
+    _assert_same_image(src, out)
+    assert out[0].chunks == (1, 20, 64, 64)  # 64^3, clipped to the shape
+    assert out[0].shards == (1, 20, 128, 128)  # 256x512x512, clipped to whole chunks
+    assert out[0].codecs[0] == "sharding"
+    assert list(out.labels) == ["nuclei"]
+    _assert_same_image(src.labels["nuclei"], out.labels["nuclei"])
+    assert out.labels["nuclei"].image_label.colors == src.labels["nuclei"].image_label.colors
+    assert main(["validate", str(dst)]) == 0
+
+
+def test_convert_a_large_volume_uses_64_cubed_chunks_in_256x512x512_shards(tmp_path):
+    src = tmp_path / "big.zarr"
+    lg.write_ome_zarr(src, np.zeros((300, 600, 520), "u1"), axes="zyx", chunks=(100, 200, 520))
+    dst = tmp_path / "big-out.zarr"
+    assert main(["convert", str(src), str(dst), "--device", "cpu", "--no-progress"]) == 0
+    out = lg.open_ome_zarr(dst)
+    assert out[0].chunks == (64, 64, 64) and out[0].shards == (256, 512, 512)
+
+
+def test_convert_zarr_v2_blosc_from_zarr_python_reads_back_equal(tmp_path):
+    src = _zarr_v2_blosc(tmp_path / "v2.zarr")
+    dst = tmp_path / "v2-out.zarr"
+    assert main(["convert", str(src), str(dst), "--device", "cpu"]) == 0
+    a, b = lg.open_ome_zarr(src), lg.open_ome_zarr(dst)
+    assert [lv.shape for lv in b] == [(15, 41, 37), (15, 20, 18), (15, 10, 9)]
+    _assert_same_image(a, b)
+    _assert_same_image(a.labels["seg"], b.labels["seg"])
+    assert b.version == "0.5" and b[0].codecs == ("zstd(level=3, checksum=True)",)
+    assert b[0].shards is None  # one chunk per shard would be: no shards
+
+
+def test_convert_zarr_v2_blosc_from_ome_zarr_py_reads_back_equal(tmp_path):
+    src = _ome_zarr_py_blosc(tmp_path / "ozp.zarr")
+    dst = tmp_path / "ozp-out.zarr"
+    assert main(["convert", str(src), str(dst), "--device", "cpu"]) == 0
+    a, b = lg.open_ome_zarr(src), lg.open_ome_zarr(dst)
+    assert "blosc" in a[0].codecs[0]
+    _assert_same_image(a, b)
+    # every level through zarr-python too
+    for lv in b:
+        np.testing.assert_array_equal(
+            zarr.open_array(str(dst / lv.path), mode="r")[...], a[lv.index].read()
+        )
+
+
+def test_convert_an_ome_zarr_py_image_with_labels_without_a_channel_axis(tmp_path):
+    from tests.helpers.writers import volume, write_ome_zarr_py
+
+    src = write_ome_zarr_py(tmp_path / "ozp.zarr", np.stack([volume(), volume(seed=1)]), "0.5")
+    dst = tmp_path / "o.zarr"
+    assert main(["convert", str(src), str(dst), "--device", "cpu"]) == 0
+    a, b = lg.open_ome_zarr(src), lg.open_ome_zarr(dst)
+    _assert_same_image(a, b)
+    _assert_same_image(a.labels["cells"], b.labels["cells"])
+    assert b.labels["cells"].axis_names == ("z", "y", "x")
+    assert main(["validate", str(dst)]) == 0
+
+
+def test_convert_recompute_levels_and_layout_options(image_path, tmp_path):
+    dst = tmp_path / "r.zarr"
+    argv = ["convert", str(image_path), str(dst), "--device", "cpu", "--pyramid", "recompute"]
+    assert main([*argv, "--levels", "2", "--chunks", "1,4,16,16", "--shards", "1,8,32,32"]) == 0
+    src, out = lg.open_ome_zarr(image_path), lg.open_ome_zarr(dst)
+    assert len(out.levels) == 2 and len(out.labels["nuclei"].levels) == 2
+    np.testing.assert_array_equal(out[0].read(), src[0].read())
+    assert out[0].chunks == (1, 4, 16, 16) and out[0].shards == (1, 8, 32, 32)
+    dst2 = tmp_path / "r2.zarr"
+    assert main(["convert", str(image_path), str(dst2), "--shards", "none", "--levels", "1"]) == 0
+    out2 = lg.open_ome_zarr(dst2)
+    assert out2[0].shards is None and len(out2.levels) == 1
+    dst3 = tmp_path / "r3.zarr"
+    assert main(["convert", str(image_path), str(dst3), "--version", "0.4"]) == 0
+    out3 = lg.open_ome_zarr(dst3)
+    assert out3.version == "0.4" and out3[0].shards is None
+    assert out3.channels[1].window == {"start": 0, "end": 65535, "min": 0, "max": 65535}
+    assert [(c.label, c.color) for c in out3.channels] == [(c.label, c.color) for c in src.channels]
+    np.testing.assert_array_equal(out3[2].read(), src[2].read())
+
+
+def test_convert_more_levels_than_the_source_computes_them(image_path, tmp_path, capsys):
+    dst = tmp_path / "more.zarr"
+    assert main(["convert", str(image_path), str(dst), "--levels", "4"]) == 0
+    assert "computed from level 0" in capsys.readouterr().err
+    assert len(lg.open_ome_zarr(dst).levels) == 4
+
+
+def test_convert_never_overwrites_without_overwrite(image_path, tmp_path, capsys):
+    dst = tmp_path / "existing.zarr"
+    lg.write_ome_zarr(dst, _volume((4, 8, 8)), axes="zyx")
+    before = snapshot(dst)
+    assert main(["convert", str(image_path), str(dst)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert snapshot(dst) == before
+    assert main(["convert", str(image_path), str(dst), "--overwrite"]) == 0
+    _assert_same_image(lg.open_ome_zarr(image_path), lg.open_ome_zarr(dst))
+
+
+def test_convert_refuses_to_replace_what_is_not_a_zarr_store(image_path, tmp_path, capsys):
+    dst = tmp_path / "thesis"
+    dst.mkdir()
+    (dst / "chapter1.tex").write_text("years of work")
+    before = snapshot(dst)
+    assert main(["convert", str(image_path), str(dst), "--overwrite"]) == 2
+    assert snapshot(dst) == before
+    assert capsys.readouterr().err.startswith("linumpy-gpu: error: ")
+
+
+def test_convert_refuses_its_own_source(image_path, tmp_path, capsys):
+    before = snapshot(image_path)
+    assert main(["convert", str(image_path), str(image_path), "--overwrite"]) == 2
+    assert main(["convert", str(image_path), str(image_path / "inner"), "--overwrite"]) == 2
+    assert main(["convert", str(image_path), str(image_path.parent), "--overwrite"]) == 2
+    assert snapshot(image_path) == before
+    assert capsys.readouterr().err.count("linumpy-gpu: error: ") == 3
+
+
+def test_convert_refuses_plates(tmp_path, capsys):
+    plate = _plate(tmp_path / "plate.zarr")
+    assert main(["convert", str(plate), str(tmp_path / "o.zarr")]) == 2
+    assert "Plate" in capsys.readouterr().err
+    assert not (tmp_path / "o.zarr").exists()
+
+
+def test_convert_failing_midway_leaves_nothing_behind(image_path, tmp_path, capsys, monkeypatch):
+    import linumpy_gpu.cli as cli
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(cli, "_copy_levels", boom)
+    dst = tmp_path / "o.zarr"
+    assert main(["convert", str(image_path), str(dst)]) == 2
+    err = capsys.readouterr().err
+    assert "disk on fire" in err and "was not changed" in err and "Traceback" not in err
+    assert not dst.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize(
+    "flag, env, expected",
+    [
+        (["--progress"], None, True),
+        (["--no-progress"], "1", False),
+        ([], "1", True),
+        ([], "0", False),
+    ],
+)
+def test_convert_progress_follows_the_flag_then_the_environment(
+    image_path, tmp_path, capsys, monkeypatch, flag, env, expected
+):
+    if env is not None:
+        monkeypatch.setenv("LINUMPY_GPU_PROGRESS", env)
+    dst = tmp_path / "p.zarr"
+    assert main([*flag, "convert", str(image_path), str(dst)]) == 0
+    err = capsys.readouterr().err
+    assert ("writing" in err or "copying" in err) is expected
+
+
+def test_progress_flag_after_the_subcommand(image_path, tmp_path, capsys):
+    assert main(["convert", str(image_path), str(tmp_path / "p.zarr"), "--progress"]) == 0
+    assert "copying" in capsys.readouterr().err
+
+
+def test_layout_defaults():
+    class Axis:
+        def __init__(self, name, type):
+            self.name, self.type = name, type
+
+    class Fake:
+        def __init__(self, shape, axes):
+            self.levels = [type("L", (), {"shape": shape})()]
+            self.axes = [Axis(n, t) for n, t in axes]
+            self.axis_names = tuple(n for n, _ in axes)
+
+    zyx = [("z", "space"), ("y", "space"), ("x", "space")]
+    assert _layout(Fake((1000, 2000, 3000), zyx), None, None, "0.5") == (
+        (64, 64, 64),
+        (256, 512, 512),
+    )
+    assert _layout(Fake((1000, 2000, 3000), zyx), None, None, "0.4") == ((64, 64, 64), None)
+    assert _layout(Fake((10, 100, 700), zyx), None, None, "0.5") == (
+        (10, 64, 64),
+        (10, 128, 512),
+    )
+    tczyx = [("t", "time"), ("c", "channel"), *zyx]
+    assert _layout(Fake((5, 3, 300, 300, 300), tczyx), None, None, "0.5") == (
+        (1, 1, 64, 64, 64),
+        (1, 1, 256, 320, 320),
+    )
+    yx = [("y", "space"), ("x", "space")]
+    assert _layout(Fake((5000, 5000), yx), None, None, "0.5") == ((256, 256), (2048, 2048))
+    assert _layout(Fake((100, 100), yx), (32, 32), "none", "0.5") == ((32, 32), None)
+
+
+def test_blocks_cover_the_shape_once():
+    shape = (37, 50, 21)
+    seen = np.zeros(shape, int)
+    for region in _blocks(shape, (8, 16, 16), 2):
+        seen[region] += 1
+        for s, u in zip(region, (8, 16, 16), strict=True):
+            assert s.start % u == 0
+    assert (seen == 1).all()
+
+
+# -- bench ------------------------------------------------------------------------------------
+
+
+def test_bench_json_with_peers(image_path, capsys):
+    assert main(["bench", str(image_path), "--device", "cpu", "--peers", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["whole_level"] is True and report["nbytes"] == 2 * 20 * 70 * 90 * 2
+    readers = [r["reader"] for r in report["results"]]
+    assert readers[0] == "linumpy_gpu" and "zarr-python" in readers
+    for r in report["results"]:
+        assert len(r["times_s"]) == 3 and r["best_s"] == min(r["times_s"]) and r["gb_per_s"] > 0
+
+
+def test_bench_table(image_path, capsys):
+    assert main(["bench", str(image_path), "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "linumpy_gpu" in out and "GB/s" in out and "read the whole level" in out
+
+
+def test_bench_refuses_unknown_devices(image_path, capsys):
+    assert main(["bench", str(image_path), "--device", "tpu"]) == 2
+    assert "cpu and/or gpu" in capsys.readouterr().err
+
+
+def test_bench_region_is_bounded_and_unit_aligned():
+    region = _bench_region((4096, 4096, 4096), (64, 64, 64), 2, limit=2 << 30)
+    extent = [s.stop - s.start for s in region]
+    assert np.prod(extent) * 2 <= 2 << 30
+    assert all(e % 64 == 0 for e in extent)
+    assert _bench_region((10, 10), (4, 4), 1) == (slice(0, 10), slice(0, 10))
+
+
+def test_demo_inspect_info_keep_working(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--device", "cpu"]) == 0
+    assert "equal to zarr-python's read" in capsys.readouterr().out
+    assert main(["info"]) == 0
+    assert main(["inspect", str(tmp_path / "sample.ome.zarr")]) == 0
+    assert "(96, 256, 256)" in capsys.readouterr().out
+    assert os.path.isdir(tmp_path / "sample.ome.zarr")
