@@ -25,8 +25,16 @@ in the JSON) and, on the GPU, the peak device memory above the input. Results go
 ``--json`` (default ``benchmarks/results/write-<UTC time>.json``) and print as a markdown
 table.
 
+With ``--workers 1,2`` linumpy_gpu's write also runs on a dask cluster of that many workers
+(a ``distributed.LocalCluster`` of processes on the CPU, a dask-cuda ``LocalCUDACluster`` of
+one GPU per worker on the GPU): the volume is made as a dask array persisted on the workers
+(numpy, or cupy on their GPUs; not timed), then ``write_ome_zarr(path, volume, ...)`` is
+timed while the workers write level 0 and compute and write the pyramid. Each cluster row
+names its worker count; the single-process row beside it gives the cluster's overhead.
+
     python benchmarks/write.py --size small --device cpu
     python benchmarks/write.py --size design --device gpu --layouts zstd-128,zstd-64-sharded
+    python benchmarks/write.py --size small --device cpu --no-peers --workers 1,2
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import argparse
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -63,6 +72,146 @@ def add_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--no-peers", action="store_true", help="time linumpy_gpu only (before/after runs)"
     )
+    ap.add_argument(
+        "--workers",
+        help="comma list of worker counts (e.g. 1,2): also write from a dask cluster of that "
+        "many workers (LocalCluster on the CPU, LocalCUDACluster on the GPU)",
+    )
+
+
+def worker_counts(text: str | None) -> list[int]:
+    """The ``--workers`` list, checked."""
+    if not text:
+        return []
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"--workers must be a comma list of integers, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise SystemExit(f"--workers must be positive integers, got {text!r}")
+    return counts
+
+
+def start_cluster(device: str, n: int) -> Any:
+    """A local dask cluster of ``n`` worker processes: one GPU each on the GPU."""
+    if device == "gpu":
+        from dask_cuda import LocalCUDACluster
+
+        return LocalCUDACluster(n_workers=n, threads_per_worker=1, dashboard_address=None)
+    from distributed import LocalCluster
+
+    threads = max(1, (os.cpu_count() or 1) // (2 * n))
+    return LocalCluster(
+        n_workers=n, threads_per_worker=threads, processes=True, dashboard_address=None
+    )
+
+
+def input_blocks(
+    shape: tuple[int, ...], unit: tuple[int, ...], target: int = 128 << 20
+) -> tuple[int, ...]:
+    """Dask blocks of whole storage units (uint16), doubled along z, then y, then x while
+    they stay within ``target`` bytes."""
+    block = [min(u, n) for u, n in zip(unit, shape, strict=True)]
+    for axis in (0, 1, 2):
+        limit = -(-shape[axis] // unit[axis]) * unit[axis]
+        while block[axis] < shape[axis]:
+            grown = min(2 * block[axis], limit)
+            if int(np.prod(block)) // block[axis] * grown * 2 > target:
+                break
+            block[axis] = grown
+    return tuple(min(b, n) for b, n in zip(block, shape, strict=True))
+
+
+def _make_block(block: np.ndarray, gpu: bool, block_info: Any = None) -> Any:
+    """A block of the test volume, made on the worker (on its GPU with ``gpu``)."""
+    (z0, _), (y0, y1), (x0, x1) = block_info[None]["array-location"]
+    planes = np.empty((block.shape[0], *block_info[None]["shape"][1:]), dtype=np.uint16)
+    common.fill_planes(planes, z0)
+    out = planes[:, y0:y1, x0:x1]
+    if gpu:
+        import cupy
+
+        return cupy.asarray(out)
+    return np.ascontiguousarray(out)
+
+
+def _to_host(block: Any) -> Any:
+    return block.get() if hasattr(block, "__cuda_array_interface__") else block
+
+
+def cluster_case(params: dict[str, Any]) -> dict[str, Any]:
+    """linumpy_gpu's write of one layout from a cluster of ``params["workers"]`` workers,
+    inside a worker process."""
+    out: dict[str, Any] = {}
+    scratch = params["out"]
+    warm_path, path = scratch + "-warmup.ome.zarr", scratch + ".ome.zarr"
+    try:
+        import dask.array as da
+        from distributed import Client, wait
+
+        import linumpy_gpu
+
+        gpu = params["device"] == "gpu"
+        shape = tuple(params["shape"])
+        chunks = tuple(params["chunks"])
+        shards = tuple(params["shards"]) if params["shards"] else None
+        blocks = input_blocks(shape, shards or chunks)
+        with (
+            start_cluster(params["device"], params["workers"]) as cluster,
+            Client(cluster),
+        ):
+            meta = np.empty((0, 0, 0), dtype=np.uint16)
+            if gpu:
+                import cupy
+
+                meta = cupy.empty((0, 0, 0), dtype=cupy.uint16)
+            volume = da.zeros(shape, dtype=np.uint16, chunks=blocks).map_blocks(
+                _make_block, gpu, dtype=np.uint16, meta=meta
+            )
+            volume = volume.persist()
+            wait(volume)
+
+            def write(target: str, data: Any = volume) -> Any:
+                return linumpy_gpu.write_ome_zarr(
+                    target,
+                    data,
+                    axes="zyx",
+                    levels=params["levels"],
+                    chunks=chunks,
+                    shards=shards,
+                    device=params["device"],
+                    overwrite=True,
+                    checksum=False,
+                )
+
+            small = tuple(slice(0, min(n, 2 * b)) for n, b in zip(shape, blocks, strict=True))
+            write(warm_path, volume[small])  # workers import and open their backends
+            shutil.rmtree(warm_path, ignore_errors=True)
+            write(path)
+            host = volume.map_blocks(_to_host, meta=np.empty((0, 0, 0), dtype=np.uint16))
+            written = da.from_zarr(os.path.join(path, level_paths(path)[0]), chunks=blocks)
+            out["equal_to_reference"] = not bool((host != written).any().compute())
+            out["extra"] = {"workers": params["workers"], "input_blocks": list(blocks)}
+            if len(level_paths(path)) != params["levels"]:
+                out["error"] = (
+                    f"{len(level_paths(path))} levels written, {params['levels']} asked for"
+                )
+            if not out["equal_to_reference"]:
+                out["error"] = "level 0 read back differs from the input; not timed"
+                return out
+            seconds = []
+            for _ in range(params["repeat"]):
+                shutil.rmtree(path, ignore_errors=True)
+                t0 = time.perf_counter()
+                write(path)
+                seconds.append(time.perf_counter() - t0)
+            out["warm"] = seconds
+    except Exception as exc:  # no distributed / dask-cuda, or a failed write: reported
+        out["error"] = common.describe_error(exc)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(warm_path, ignore_errors=True)
+    return out
 
 
 def level_layout(
@@ -340,6 +489,7 @@ def main() -> None:
     )
     if args.levels < 1:
         raise SystemExit("--levels must be at least 1")
+    counts = worker_counts(args.workers)
     if args.cold:
         print("write.py: --cold has no meaning for writes; ignored")
     run = common.Run(args, __file__, case_label="writer", rss_label="RSS above input")
@@ -370,9 +520,36 @@ def main() -> None:
                 "out": os.path.join(run.dir, f"write-{name}-{device}"),
             }
             result = run.worker("case", params)
+            extra = {"workers": 0} if counts and writer == OURS else {}
             run.add(
-                layout=name, device=device, reader=writer, nbytes=nbytes, result=result, note=note
+                layout=name,
+                device=device,
+                reader=writer,
+                nbytes=nbytes,
+                result=result,
+                note=note,
+                **extra,
             )
+            if writer != OURS:
+                continue
+            single = min(result.get("warm") or [0]) or None
+            for n in counts:
+                cluster = run.worker(
+                    "cluster_case", {**params, "workers": n, "out": f"{params['out']}-{n}w"}
+                )
+                best = min(cluster.get("warm") or [0]) or None
+                overhead = ""
+                if single and best:
+                    overhead = f"{100 * (best / single - 1):+.0f}% time vs one process"
+                run.add(
+                    layout=name,
+                    device=device,
+                    reader=f"{OURS} on {n} worker(s)",
+                    nbytes=nbytes,
+                    result=cluster,
+                    note=overhead,
+                    single_process_seconds=single,
+                )
     run.finish()
 
 

@@ -190,9 +190,19 @@ class Level:
         return data if dtype is None else data.astype(dtype, copy=False)
 
     def to_dask(self, chunks: Any = None) -> dask.array.Array:
-        """A lazy dask array over this level, one task per (multiple of the) storage chunk.
+        """A lazy dask array over this level; each block is one read of whole storage units.
 
-        Blocks are numpy or cupy, as this level's device reads.
+        ``chunks``: None (one shard, or chunk when unsharded, per block), ``"auto"`` or a
+        size such as ``"256MiB"`` (whole storage units grouped up to dask's
+        ``array.chunk-size`` or that size: fewer, larger tasks, which suits clusters and
+        the GPU), or dask chunks. Blocks are numpy or cupy, as this level's device reads.
+
+        The tasks are small and picklable (store path or URL, level path, region, device,
+        settings), so the array computes on any dask scheduler, ``dask.distributed`` and
+        dask-cuda clusters included: each worker opens the store once and keeps it, a GPU
+        worker reads on its own current GPU, and the settings in effect here (those the
+        image was opened with, and any ``linumpy_gpu.config.set`` block around this call)
+        are the ones workers read with.
         """
         from linumpy_gpu.image.dask import level_to_dask
 

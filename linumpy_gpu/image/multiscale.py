@@ -199,7 +199,9 @@ class MultiscaleImage:
         return iter(self.levels)
 
     def to_dask(self, level: int | str = 0, chunks: Any = None) -> dask.array.Array:
-        """A lazy dask array over ``level`` (see :meth:`Level.to_dask`)."""
+        """A lazy dask array over ``level`` (an index or a dataset path), blocks of whole
+        storage units, computable on any dask scheduler or cluster (see
+        :meth:`Level.to_dask` for ``chunks``)."""
         return self[level].to_dask(chunks)
 
     def update_pyramid(self, region: Any = None, method: str | None = None) -> None:

@@ -79,6 +79,13 @@ def _write_pyramid(
         ChunkedArrayWriter(a, backend, name=str(a.store_path), locking=False) for a in arrays
     ]
     if is_dask:
+        from linumpy_gpu.write.dask import cluster_client, write_distributed
+
+        client = cluster_client(data)
+        if client is not None and write_distributed(
+            arrays, data, factors, method, backend, bar, written, client
+        ):
+            return
         _write_dask(writers[0], data, bar)
         written.append("0")
         for i, f in enumerate(factors):
@@ -94,7 +101,9 @@ def _write_pyramid(
 
 
 def _write_dask(writer: Any, data: Any, bar: Any) -> None:
-    """Level 0 from a dask array, one storage-aligned block at a time."""
+    """Level 0 from a dask array, one storage-aligned block at a time, computed by the
+    array's scheduler and written from this process (the path without a cluster, and
+    for stores a cluster's workers cannot reach)."""
     unit = writer.layout.shard_shape or writer.layout.chunk_shape
     aligned = data.rechunk(
         tuple(max(u, (c[0] // u) * u) for u, c in zip(unit, data.chunks, strict=True))
