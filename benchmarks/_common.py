@@ -1012,3 +1012,30 @@ def entry(main: Callable[[], None]) -> None:
             json.dump(result, f, default=str)
         return
     main()
+
+
+def worker_counts(text: str | None) -> list[int]:
+    """The ``--workers`` list, checked."""
+    if not text:
+        return []
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"--workers must be a comma list of integers, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise SystemExit(f"--workers must be positive integers, got {text!r}")
+    return counts
+
+
+def start_cluster(device: str, n: int) -> Any:
+    """A local dask cluster of ``n`` worker processes: one GPU each on the GPU."""
+    if device == "gpu":
+        from dask_cuda import LocalCUDACluster
+
+        return LocalCUDACluster(n_workers=n, threads_per_worker=1, dashboard_address=None)
+    from distributed import LocalCluster
+
+    threads = max(1, (os.cpu_count() or 1) // (2 * n))
+    return LocalCluster(
+        n_workers=n, threads_per_worker=threads, processes=True, dashboard_address=None
+    )

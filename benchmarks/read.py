@@ -53,35 +53,6 @@ def add_options(ap: argparse.ArgumentParser) -> None:
     )
 
 
-def worker_counts(text: str | None) -> list[int]:
-    """The ``--workers`` list, checked."""
-    if not text:
-        return []
-    try:
-        counts = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SystemExit(f"--workers must be a comma list of integers, got {text!r}") from None
-    if not counts or min(counts) < 1:
-        raise SystemExit(f"--workers must be positive integers, got {text!r}")
-    return counts
-
-
-def start_cluster(device: str, n: int) -> Any:
-    """A local dask cluster of ``n`` worker processes: one GPU each on the GPU."""
-    import os
-
-    if device == "gpu":
-        from dask_cuda import LocalCUDACluster
-
-        return LocalCUDACluster(n_workers=n, threads_per_worker=1, dashboard_address=None)
-    from distributed import LocalCluster
-
-    threads = max(1, (os.cpu_count() or 1) // (2 * n))
-    return LocalCluster(
-        n_workers=n, threads_per_worker=threads, processes=True, dashboard_address=None
-    )
-
-
 def _to_host(block: Any) -> Any:
     return block.get() if hasattr(block, "__cuda_array_interface__") else block
 
@@ -106,7 +77,7 @@ def cluster_case(params: dict[str, Any]) -> dict[str, Any]:
         gpu = params["device"] == "gpu"
         chunks = None if params["task_size"] == "unit" else params["task_size"]
         with (
-            start_cluster(params["device"], params["workers"]) as cluster,
+            common.start_cluster(params["device"], params["workers"]) as cluster,
             Client(cluster) as client,
         ):
             # every image stays open: each repeat's dask array has its own keys (opening
@@ -173,7 +144,7 @@ def case(params: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     args = common.parse_args("read", __doc__, add_options=add_options)
-    counts = worker_counts(args.workers)
+    counts = common.worker_counts(args.workers)
     run = common.Run(args, __file__)
     for name in args.layouts:
         store = run.store(name)

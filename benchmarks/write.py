@@ -79,33 +79,6 @@ def add_options(ap: argparse.ArgumentParser) -> None:
     )
 
 
-def worker_counts(text: str | None) -> list[int]:
-    """The ``--workers`` list, checked."""
-    if not text:
-        return []
-    try:
-        counts = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SystemExit(f"--workers must be a comma list of integers, got {text!r}") from None
-    if not counts or min(counts) < 1:
-        raise SystemExit(f"--workers must be positive integers, got {text!r}")
-    return counts
-
-
-def start_cluster(device: str, n: int) -> Any:
-    """A local dask cluster of ``n`` worker processes: one GPU each on the GPU."""
-    if device == "gpu":
-        from dask_cuda import LocalCUDACluster
-
-        return LocalCUDACluster(n_workers=n, threads_per_worker=1, dashboard_address=None)
-    from distributed import LocalCluster
-
-    threads = max(1, (os.cpu_count() or 1) // (2 * n))
-    return LocalCluster(
-        n_workers=n, threads_per_worker=threads, processes=True, dashboard_address=None
-    )
-
-
 def input_blocks(
     shape: tuple[int, ...], unit: tuple[int, ...], target: int = 128 << 20
 ) -> tuple[int, ...]:
@@ -157,7 +130,7 @@ def cluster_case(params: dict[str, Any]) -> dict[str, Any]:
         shards = tuple(params["shards"]) if params["shards"] else None
         blocks = input_blocks(shape, shards or chunks)
         with (
-            start_cluster(params["device"], params["workers"]) as cluster,
+            common.start_cluster(params["device"], params["workers"]) as cluster,
             Client(cluster),
         ):
             meta = np.empty((0, 0, 0), dtype=np.uint16)
@@ -489,7 +462,7 @@ def main() -> None:
     )
     if args.levels < 1:
         raise SystemExit("--levels must be at least 1")
-    counts = worker_counts(args.workers)
+    counts = common.worker_counts(args.workers)
     if args.cold:
         print("write.py: --cold has no meaning for writes; ignored")
     run = common.Run(args, __file__, case_label="writer", rss_label="RSS above input")
