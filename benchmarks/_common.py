@@ -577,15 +577,17 @@ def measured_call(fn: Callable[[], Any], device: Device) -> tuple[Any, dict[str,
 def time_calls(fn: Callable[[], Any], device: Device, repeat: int) -> list[float]:
     """Seconds of ``repeat`` calls, each from a synchronised device to a synchronised device
     (GPU work that is queued but unfinished is not done)."""
-    times = []
-    for _ in range(repeat):
-        device.sync()
-        t0 = time.perf_counter()
-        out = fn()
-        device.sync()
-        times.append(time.perf_counter() - t0)
-        del out
-    return times
+    return [_one_call(fn, device) for _ in range(repeat)]
+
+
+def _one_call(fn: Callable[[], Any], device: Device) -> float:
+    device.sync()
+    t0 = time.perf_counter()
+    out = fn()
+    device.sync()
+    seconds = time.perf_counter() - t0
+    del out
+    return seconds
 
 
 def time_cold(
@@ -599,12 +601,7 @@ def time_cold(
         frac = cached_fraction(files)
         if frac is not None:
             left.append(frac)
-        device.sync()
-        t0 = time.perf_counter()
-        out = fn()
-        device.sync()
-        times.append(time.perf_counter() - t0)
-        del out
+        times.append(_one_call(fn, device))
     return times, (max(left) if left else None)
 
 
