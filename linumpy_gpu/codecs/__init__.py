@@ -120,4 +120,8 @@ def from_numcodecs(codec: Any) -> ByteCodec:
     config = codec.get_config()
     if cid == "blosc":
         config = blosc.config_of_numcodecs(config)
+    if cid == "zstd" and not config.get("checksum", False):
+        # numcodecs reports checksum=False for zarr v2 metadata that does not say; the
+        # frames themselves say whether they carry one
+        config = {k: v for k, v in config.items() if k != "checksum"}
     return ByteCodec(cid, config, codec)

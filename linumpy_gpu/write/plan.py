@@ -286,9 +286,17 @@ def _codec_kwargs(version: str, compressor: Any, level: Any, checksum: Any) -> d
         from zarr.codecs import ZstdCodec
 
         return {"compressors": [ZstdCodec(level=int(level), checksum=checksum)]}
+    if not checksum:
+        raise WriteError(
+            "checksum=False applies to zarr v3 (NGFF 0.5 and 0.6): NGFF 0.4 (zarr v2) zstd "
+            "chunks always carry a content checksum"
+        )
     import numcodecs
 
-    return {"compressors": numcodecs.Zstd(level=int(level), checksum=checksum)}
+    # Without the "checksum" member: tensorstore and zarrs refuse zarr v2 zstd metadata
+    # that has one. The frames still carry content checksums (the writer adds them to
+    # every zarr v2 zstd chunk), which every zstd decoder verifies.
+    return {"compressors": numcodecs.Zstd(level=int(level))}
 
 
 def _level_shapes(shape: Sequence[int], factors: list[tuple[int, ...]]) -> list[tuple[int, ...]]:

@@ -101,3 +101,47 @@ def test_ome_zarr_py_writer(tmp_path, version):
     assert colors == {1: (255, 0, 0, 255), 2: (0, 255, 0, 128)}
     assert cells.image_label.properties[0]["class"] == "nucleus"
     np.testing.assert_array_equal(cells[0].read(), (data[0] % 5).astype("u4"))
+
+
+@pytest.mark.parametrize(
+    ("version", "shards"), [("0.4", None), ("0.5", None), ("0.5", (8, 32, 32))]
+)
+def test_tensorstore_reads_what_we_write(tmp_path, version, shards):
+    ts = pytest.importorskip("tensorstore")
+    data = volume()
+    img = lg.write_ome_zarr(
+        tmp_path / "ours.zarr", data, chunks=(4, 16, 16), shards=shards, version=version, levels=2
+    )
+    driver = "zarr" if version == "0.4" else "zarr3"
+    for level in range(2):
+        spec = {
+            "driver": driver,
+            "kvstore": {"driver": "file", "path": str(tmp_path / "ours.zarr" / str(level))},
+        }
+        theirs = ts.open(spec, open=True).result().read().result()
+        np.testing.assert_array_equal(theirs, img[level].read())
+
+
+def test_zarr_v2_zstd_chunks_carry_checksums_without_saying_so(tmp_path):
+    """zarr v2 metadata with a zstd "checksum" member is refused by tensorstore and zarrs:
+    it is left out, while every frame still carries a content checksum."""
+    img = lg.write_ome_zarr(tmp_path / "v2.zarr", volume(), version="0.4", levels=1)
+    compressor = zarr.open_array(str(tmp_path / "v2.zarr" / "0"), mode="r").metadata.compressor
+    assert compressor.get_config() in (
+        {"id": "zstd", "level": 3},
+        {"id": "zstd", "level": 3, "checksum": False},
+    )
+    assert "checksum" not in (tmp_path / "v2.zarr" / "0" / ".zarray").read_text()
+    frames = [p for p in (tmp_path / "v2.zarr" / "0").iterdir() if not p.name.startswith(".")]
+    assert frames
+    for frame in frames:
+        header = frame.read_bytes()[:5]
+        assert header[:4] == b"\x28\xb5\x2f\xfd" and header[4] & 0x04  # Content_Checksum_flag
+    writable = lg.open_ome_zarr(tmp_path / "v2.zarr", mode="r+")
+    writable[0][0:2] = np.zeros((2, *img[0].shape[1:]), dtype=img[0].dtype)  # a region write
+    reopened = lg.open_ome_zarr(tmp_path / "v2.zarr")
+    for frame in frames:
+        assert frame.read_bytes()[4] & 0x04
+    assert not reopened[0][0:2].any()
+    with pytest.raises(lg.WriteError, match="checksum=False"):
+        lg.write_ome_zarr(tmp_path / "nock.zarr", volume(), version="0.4", checksum=False)

@@ -67,8 +67,11 @@ def test_ngff_zarr_04_05_06_read_equal_on_every_device(ngff_zarr_images, device)
     assert six["scale0/image"] is six[0]
 
 
-@pytest.mark.parametrize("shards", [None, (4, 16, 16)])
-def test_what_we_write_as_06_ngff_zarr_reads_back(tmp_path, shards):
+@pytest.mark.parametrize(
+    ("version", "shards"),
+    [("0.4", None), ("0.5", None), ("0.5", (4, 16, 16)), ("0.6", None), ("0.6", (4, 16, 16))],
+)
+def test_what_we_write_ngff_zarr_reads_back(tmp_path, version, shards):
     nz = pytest.importorskip("ngff_zarr", reason="ngff-zarr reads what we write")
     data = _volume()
     kwargs = {"chunks": (4, 8, 8)}
@@ -77,7 +80,7 @@ def test_what_we_write_as_06_ngff_zarr_reads_back(tmp_path, shards):
     img = lg.write_ome_zarr(
         tmp_path / "ours.ome.zarr",
         data,
-        version="0.6",
+        version=version,
         axes="zyx",
         units=["micrometer"] * 3,
         scale=(2.0, 0.5, 0.5),
@@ -86,8 +89,10 @@ def test_what_we_write_as_06_ngff_zarr_reads_back(tmp_path, shards):
         device="cpu",
         **kwargs,
     )
-    assert img.version == "0.6" and img.exact
+    assert img.version == version and img.exact
     theirs = nz.from_ngff_zarr(str(tmp_path / "ours.ome.zarr"))
+    assert tuple(theirs.images[0].dims) == ("z", "y", "x")
+    assert {theirs.images[0].axes_units[d] for d in "zyx"} == {"micrometer"}
     assert len(theirs.images) == 2
     for level, image in enumerate(theirs.images):
         np.testing.assert_array_equal(np.asarray(image.data), img[level][...])

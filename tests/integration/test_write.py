@@ -59,8 +59,15 @@ def test_write_read_back_with_every_reader(tmp_path, version, shards):
     from ome_zarr.io import parse_url
     from ome_zarr.reader import Reader
 
+    # ome-zarr-py's reader is what napari-ome-zarr opens stores with.
     nodes = list(Reader(parse_url(str(tmp_path / "w.zarr")))())
-    np.testing.assert_array_equal(np.asarray(nodes[0].data[0]), data)
+    assert len(nodes[0].data) == 3
+    for level, array in enumerate(nodes[0].data):
+        np.testing.assert_array_equal(np.asarray(array), img[level][:])
+    meta = nodes[0].metadata
+    assert [a["name"] for a in meta["axes"]] == ["z", "y", "x"]
+    scales = [t[0]["scale"] for t in meta["coordinateTransformations"]]
+    assert scales == [list(img.scale(i)) for i in range(3)]
 
 
 def test_bad_input_fails_before_writing(tmp_path):
