@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from linumpy_gpu.codecs.layout import COPY, ChunkStreams, StreamLayout
 from linumpy_gpu.errors import CodecError
 
 
@@ -28,3 +31,19 @@ def decode(data: Any, limit: int) -> Any:
         return numcodecs.LZ4().decode(data)
     except Exception as exc:  # numcodecs raises RuntimeError with LZ4's reason
         raise CodecError(f"lz4: {type(exc).__name__}: {exc}") from exc
+
+
+def stream_layout(frames: list[Any], nbytes: int) -> StreamLayout:
+    """Each chunk one LZ4 stream after its size prefix, decoding to the chunk's ``nbytes``."""
+
+    def describe(buf: np.ndarray) -> ChunkStreams:
+        declared = declared_size(buf)
+        if declared is None or buf.size < 5:
+            raise CodecError("lz4: shorter than its 4-byte size prefix and one byte")
+        if declared != nbytes:
+            raise CodecError(f"lz4: the chunk declares {declared} bytes, it holds {nbytes}")
+        one = np.ones(1, dtype=np.int64)
+        streams = (4 * one, (buf.size - 4) * one, nbytes * one, np.zeros(1, bool), "lz4")
+        return streams, (0 * one, np.zeros(1, bool), 0 * one, nbytes * one, one, COPY * one)
+
+    return StreamLayout.of_frames(frames, describe)

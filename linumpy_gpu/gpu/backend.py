@@ -14,7 +14,7 @@ import numpy as np
 from linumpy_gpu import config
 from linumpy_gpu.backends.base import PLACED, Backend, BatchMemory, EncodedChunk
 from linumpy_gpu.backends.cpu import CpuBackend
-from linumpy_gpu.codecs import crc32c
+from linumpy_gpu.codecs import blosc, crc32c, lz4
 from linumpy_gpu.config import Settings
 from linumpy_gpu.core.layout import ChunkFormat
 from linumpy_gpu.core.plan import ChunkPlan
@@ -29,7 +29,8 @@ from linumpy_gpu.gpu.copy_jobs import (
 from linumpy_gpu.gpu.host_decode import default_threads, host_decoder
 from linumpy_gpu.gpu.kernels import kernel
 from linumpy_gpu.gpu.kvikio_source import KvikioFileSource, kvikio_available
-from linumpy_gpu.gpu.nvcomp.lib import zstd_api
+from linumpy_gpu.gpu.nvcomp import streams as stream_decoder
+from linumpy_gpu.gpu.nvcomp.lib import lz4_api, zstd_api
 from linumpy_gpu.gpu.nvcomp.zstd import (
     SLOT_ALIGN,
     DecodedBatch,
@@ -69,6 +70,12 @@ def gpu_decodable(fmt: ChunkFormat) -> bool:
     """True when the chain is zstd (optionally followed by crc32c): decoded by nvCOMP."""
     names = [c.name for c in fmt.codecs]
     return names in (["zstd"], ["zstd", "crc32c"])
+
+
+def streams_on_gpu(fmt: ChunkFormat) -> bool:
+    """True when the chain is Blosc or LZ4 alone: their LZ4 and zstd streams are decoded by
+    nvCOMP (Blosc's other inner codecs by the CPU Blosc, chunk by chunk on all cores)."""
+    return [c.name for c in fmt.codecs] in (["blosc"], ["lz4"])
 
 
 class GpuBackend(Backend, BatchMemory):
@@ -176,6 +183,19 @@ class GpuBackend(Backend, BatchMemory):
         nvCOMP's workspace, as nvCOMP sizes it from the chunk sizes (about three times their
         decoded size for zstd)."""
         stride = round_up(fmt.nbytes, SLOT_ALIGN)
+        if fmt.codecs and streams_on_gpu(fmt):
+            # the chunks' slots where not placed directly, their stored bytes, their decoded
+            # streams, and nvCOMP's workspace (LZ4's: small)
+            stored = n * (
+                round_up(int(fmt.nbytes * stored_fraction * 1.1), SLOT_ALIGN) + SLOT_ALIGN
+            )
+            temp = lz4_api().decompress_temp_bytes(n, fmt.nbytes, n * fmt.nbytes, 0)
+            return (
+                (n - n_direct) * stride,
+                stored + (1 << 20),
+                n * stride,
+                round_up(temp, SLOT_ALIGN),
+            )
         if not fmt.codecs or not gpu_decodable(fmt):
             return (n * stride,)
         on_gpu = max(0, n - n_host)
@@ -368,6 +388,8 @@ class GpuBackend(Backend, BatchMemory):
                 ]
             if gpu_decodable(fmt):
                 return self._decode_zstd(chunks, fmt, array, staging, placement)
+            if streams_on_gpu(fmt):
+                return self._decode_streams(chunks, fmt, array, staging, placement)
             decoded = self._cpu.decode(chunks, fmt, array)  # reads the staged bytes
             if staging is not None:
                 staging.release()
@@ -464,6 +486,58 @@ class GpuBackend(Backend, BatchMemory):
             else:
                 results[i] = on_host[0].slot_ref(k)
         return results
+
+    def _decode_streams(
+        self,
+        chunks: Sequence[EncodedChunk],
+        fmt: ChunkFormat,
+        array: str,
+        staging: Any,
+        placement: Any,
+    ) -> list[Any]:
+        targets = None
+        workspace = Workspace()
+        if placement is not None and placement.buffer is not None:
+            base = placement.buffer.data.ptr
+            targets = np.fromiter(
+                (0 if d is None else base + d for d in placement.direct),
+                dtype=np.uint64,
+                count=len(chunks),
+            )
+            if placement.scratch is not None:
+                start, stop = placement.scratch
+                workspace.add(base + start, stop - start, placement.buffer)
+        if placement is not None and placement.spare is not None:
+            workspace.add(placement.spare.data.ptr, placement.spare.nbytes, placement.spare)
+
+        def on_cpu(frames: list[bytes]) -> list[Any]:
+            decoded = self._cpu.decode([("", memoryview(f)) for f in frames], fmt, array)
+            return [d.reason if isinstance(d, ChunkDecodeError) else d for d in decoded]
+
+        frames = [data for _, data in chunks]
+        if fmt.codecs[0].name == "lz4":
+            layout = lz4.stream_layout(frames, fmt.nbytes)
+        else:
+            layout = blosc.stream_layout(frames, fmt.nbytes, stream_decoder.GPU_INNER)
+        batch = stream_decoder.decode_frames(
+            codec_for_current_device(),
+            frames,
+            fmt.nbytes,
+            layout,
+            on_cpu,
+            staging,
+            targets,
+            workspace,
+        )
+        placed = [False] * len(chunks) if targets is None else (targets != 0).tolist()
+        return [
+            ChunkDecodeError(array, key, batch.failures[i])
+            if i in batch.failures
+            else PLACED
+            if placed[i]
+            else batch.slot_ref(i)
+            for i, (key, _) in enumerate(chunks)
+        ]
 
     def _stream(self) -> Any:
         return self.xp.cuda.get_current_stream()

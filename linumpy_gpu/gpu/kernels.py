@@ -1,10 +1,15 @@
-"""CUDA kernels: zstd frame validation before nvCOMP sees a byte, and XXH64 checksums.
+"""CUDA kernels: zstd frame and LZ4 block validation before nvCOMP sees a byte, XXH64
+checksums, Blosc unshuffles and the scatter of decoded chunks into an output.
 
 nvCOMP assumes valid input; on damaged frames it can hang, kill the CUDA context or return
 wrong bytes. ``zstd_frame_check`` walks each frame's header and block headers (one thread a
 frame) and accounts for every byte, so truncation, bad magic, reserved bits, impossible
 block sizes, wrong declared sizes and trailing bytes are refused before decode.
 ``zstd_xxh64_verify`` recomputes the frame content checksum of decoded chunks.
+``lz4_block_check`` walks every sequence of each raw LZ4 block (one thread a block) with the
+rules of LZ4's own safe decoder, so nvCOMP only sees blocks whose every literal and match
+stays inside the input and the output and that end exactly at both ends.
+``blosc_unshuffle`` builds Blosc blocks from their decoded streams (byte and bit unshuffle).
 """
 
 from __future__ import annotations
@@ -212,6 +217,111 @@ extern "C" __global__ void xxh64_low32(
     out[i] = (u32)(h & 0xFFFFFFFFull);
 }
 
+/* Raw LZ4 blocks (no frame): one thread per block, every sequence checked as LZ4's safe
+   decoder (LZ4_decompress_safe) checks it, plus an exact decoded size. Stricter than that
+   decoder where it is lenient (offset 0), never looser: a block refused here is decoded on
+   the CPU, which gives the verdict. */
+extern "C" __global__ void lz4_block_check(
+    const u64* __restrict__ ptrs, const u64* __restrict__ sizes,
+    const u64* __restrict__ expected, const int n, int* __restrict__ status)
+{
+    const int s = blockIdx.x * blockDim.x + threadIdx.x;
+    if (s >= n) return;
+    const u8* in = (const u8*)ptrs[s];
+    const long long isize = (long long)sizes[s];
+    const long long osize = (long long)expected[s];
+    long long ip = 0, op = 0;
+    int st = 0;
+    if (isize <= 0) { status[s] = -1; return; }
+    for (;;) {
+        if (ip >= isize) { st = -2; break; }
+        const u32 token = in[ip++];
+        long long lit = token >> 4;
+        if (lit == 15) {
+            if (ip >= isize - 15) { st = -2; break; }
+            u32 b;
+            do { b = in[ip++]; lit += b; } while (b == 255 && ip <= isize - 15);
+            if (b == 255 || ip > isize - 15) { st = -2; break; }
+        }
+        if (lit > isize - ip) { st = -2; break; }
+        if (lit > osize - op) { st = -3; break; }
+        if (op + lit > osize - 12 || ip + lit > isize - 8) {
+            /* the last sequence: literals only, ending at the end of input and output */
+            if (ip + lit != isize) st = -4;
+            else if (op + lit != osize) st = -5;
+            break;
+        }
+        ip += lit; op += lit;
+        const u32 offset = (u32)in[ip] | ((u32)in[ip + 1] << 8);
+        ip += 2;
+        if (offset == 0 || offset > op) { st = -6; break; }
+        long long match = token & 15;
+        if (match == 15) {
+            u32 b;
+            do {
+                if (ip >= isize - 4) { st = -2; break; }
+                b = in[ip++]; match += b;
+            } while (b == 255);
+            if (st) break;
+        }
+        match += 4;
+        if (match > osize - 5 - op) { st = -7; break; }   /* the last 5 bytes are literals */
+        op += match;
+    }
+    status[s] = st;
+}
+
+/* One Blosc block per CUDA block. Block row (int64): first stream, split, destination
+   address, size, typesize, mode (0 copy, 1 byte unshuffle, 2 bit unshuffle). Byte plane j
+   of the block is stream first+j when split, else stream first at j * (size / typesize);
+   bytes past the last whole element are copied as they are. */
+extern "C" __global__ void blosc_unshuffle(
+    const u64* __restrict__ streams, const long long* __restrict__ blocks, const int n)
+{
+    if ((int)blockIdx.x >= n) return;
+    const long long* B = blocks + 6ll * blockIdx.x;
+    const u8* base = (const u8*)streams[B[0]];
+    const int split = (int)B[1];
+    u8* dst = (u8*)B[2];
+    const u32 size = (u32)B[3];
+    const u32 ts = (u32)B[4];
+    const int mode = (int)B[5];
+    const u32 quot = size / ts;
+    const u32 body = quot * ts;
+    const u32 row8 = quot >> 3;
+    for (u32 o = threadIdx.x; o < size; o += blockDim.x) {
+        u8 v;
+        if (o >= body) {
+            v = base[o];
+        } else if (mode == 0) {
+            const u32 j = o / quot, i = o - j * quot;
+            v = split ? ((const u8*)streams[B[0] + j])[i] : base[o];
+        } else {
+            const u32 i = o / ts, j = o - i * ts;
+            const u8* row = split ? (const u8*)streams[B[0] + j] : base + (u64)j * quot;
+            if (mode == 1) {
+                v = row[i];
+            } else {
+                const u8* p = row + (i >> 3);
+                const u32 sh = i & 7u;
+                v = 0;
+                for (u32 k = 0; k < 8; ++k) v |= (u8)(((p[(u64)k * row8] >> sh) & 1u) << k);
+            }
+        }
+        dst[o] = v;
+    }
+}
+
+/* Copy spans: one CUDA block per span (source address, destination address, bytes). */
+extern "C" __global__ void copy_spans(const u64* __restrict__ spans, const int n)
+{
+    if ((int)blockIdx.x >= n) return;
+    const u8* src = (const u8*)spans[3ll * blockIdx.x];
+    u8* dst = (u8*)spans[3ll * blockIdx.x + 1];
+    const u64 nbytes = spans[3ll * blockIdx.x + 2];
+    for (u64 o = threadIdx.x; o < nbytes; o += blockDim.x) dst[o] = src[o];
+}
+
 /* Assemble decoded chunks into the output: one job per chunk (blockIdx.y), N-D strided copy.
    Job row (int64): src address, dst address, shape[6], src strides[6], dst strides[6]
    (strides in units of T; dst strides may be negative for reversed views). A block of
@@ -281,6 +391,17 @@ FRAME_STATUS = {
     -10: ("trailing bytes after the frame", False),
     -11: ("truncated content checksum", False),
     -12: ("window size larger than 2 GiB", False),
+}
+
+# status -> meaning, written by lz4_block_check
+LZ4_STATUS = {
+    -1: "empty LZ4 block",
+    -2: "LZ4 block truncated (a length or literal run passes its end)",
+    -3: "LZ4 literals run past the block's decoded size",
+    -4: "LZ4 block does not end with its last sequence",
+    -5: "LZ4 block decodes to another size than its Blosc header declares",
+    -6: "LZ4 match offset outside the decoded bytes",
+    -7: "LZ4 match runs into the block's last five bytes or past its end",
 }
 
 

@@ -61,7 +61,7 @@ def load_libnvcomp() -> ctypes.CDLL:
     return ctypes.CDLL(find_libnvcomp())
 
 
-# --- the batched zstd C API (nvCOMP >= 5: option structs passed by value) -------------------
+# --- the batched C API (nvCOMP >= 5: option structs passed by value) -------------------
 
 NVCOMP_SUCCESS = 0
 c_size_t = ctypes.c_size_t
@@ -92,11 +92,50 @@ class Properties(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("cudart_version", ctypes.c_uint32)]
 
 
-class ZstdApi:
-    """Typed entry points of libnvcomp's batched zstd API."""
+_DECOMPRESS_SIG = {
+    "DecompressGetRequiredAlignments": [DecompressOpts, c_void_p],
+    "DecompressGetTempSize": [c_size_t, c_size_t, DecompressOpts, c_void_p, c_size_t, c_void_p],
+    "DecompressAsync": [
+        c_void_p,
+        c_void_p,
+        c_void_p,
+        c_void_p,
+        c_size_t,
+        c_void_p,
+        c_size_t,
+        c_void_p,
+        DecompressOpts,
+        c_void_p,
+        c_void_p,
+    ],
+}
+_COMPRESS_SIG = {
+    "CompressGetRequiredAlignments": [CompressOpts, c_void_p],
+    "CompressGetTempSize": [c_size_t, c_size_t, CompressOpts, c_void_p, c_size_t, c_void_p],
+    "CompressGetMaxOutputChunkSize": [c_size_t, CompressOpts, c_void_p],
+    "CompressAsync": [
+        c_void_p,
+        c_void_p,
+        c_size_t,
+        c_size_t,
+        c_void_p,
+        c_size_t,
+        c_void_p,
+        c_void_p,
+        CompressOpts,
+        c_void_p,
+        c_void_p,
+    ],
+}
 
-    def __init__(self, lib: ctypes.CDLL):
+
+class BatchedApi:
+    """Typed entry points of one libnvcomp batched codec (``nvcompBatched<algo>...``):
+    decompression, and compression where ``compress`` is set."""
+
+    def __init__(self, lib: ctypes.CDLL, algo: str, compress: bool = False):
         self.lib = lib
+        self.algo = algo
         props = Properties()
         self._check(lib.nvcompGetProperties(ctypes.byref(props)), "nvcompGetProperties")
         self.version = (props.version // 1000, (props.version % 1000) // 100, props.version % 100)
@@ -106,65 +145,18 @@ class ZstdApi:
                 "nvCOMP >= 5 batched API (pip install nvidia-nvcomp-cu13 or -cu12)"
             )
         lib.nvcompGetStatusString.restype = ctypes.c_char_p
-        sig = {
-            "nvcompBatchedZstdDecompressGetRequiredAlignments": [DecompressOpts, c_void_p],
-            "nvcompBatchedZstdDecompressGetTempSize": [
-                c_size_t,
-                c_size_t,
-                DecompressOpts,
-                c_void_p,
-                c_size_t,
-                c_void_p,
-            ],
-            "nvcompBatchedZstdDecompressAsync": [
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_size_t,
-                c_void_p,
-                c_size_t,
-                c_void_p,
-                DecompressOpts,
-                c_void_p,
-                c_void_p,
-            ],
-            "nvcompBatchedZstdCompressGetRequiredAlignments": [CompressOpts, c_void_p],
-            "nvcompBatchedZstdCompressGetTempSize": [
-                c_size_t,
-                c_size_t,
-                CompressOpts,
-                c_void_p,
-                c_size_t,
-                c_void_p,
-            ],
-            "nvcompBatchedZstdCompressGetMaxOutputChunkSize": [c_size_t, CompressOpts, c_void_p],
-            "nvcompBatchedZstdCompressAsync": [
-                c_void_p,
-                c_void_p,
-                c_size_t,
-                c_size_t,
-                c_void_p,
-                c_size_t,
-                c_void_p,
-                c_void_p,
-                CompressOpts,
-                c_void_p,
-                c_void_p,
-            ],
-        }
+        sig = dict(_DECOMPRESS_SIG, **(_COMPRESS_SIG if compress else {}))
+        self._fn = {}
         for name, argtypes in sig.items():
-            fn = getattr(lib, name)
+            fn = getattr(lib, f"nvcompBatched{algo}{name}")
             fn.argtypes = argtypes
             fn.restype = ctypes.c_int
+            self._fn[name] = fn
         self.dopts = DecompressOpts()  # zeroed: default backend
         self.copts = CompressOpts()
-        self.decompress_alignments = self._alignments(
-            lib.nvcompBatchedZstdDecompressGetRequiredAlignments, self.dopts
-        )
-        self.compress_alignments = self._alignments(
-            lib.nvcompBatchedZstdCompressGetRequiredAlignments, self.copts
-        )
+        self.decompress_alignments = self._alignments("DecompressGetRequiredAlignments", self.dopts)
+        if compress:
+            self.compress_alignments = self._alignments("CompressGetRequiredAlignments", self.copts)
 
     def status_string(self, status: int) -> str:
         """nvCOMP's text for status code ``status``."""
@@ -176,19 +168,19 @@ class ZstdApi:
             text = self.status_string(status) if hasattr(self, "dopts") else str(status)
             raise NvcompError(f"{what} failed: {text}")
 
-    def _alignments(self, fn: Any, opts: Any) -> Alignments:
+    def _alignments(self, name: str, opts: Any) -> Alignments:
         out = Alignments()
-        self._check(fn(opts, ctypes.byref(out)), fn.__name__)
+        self._check(self._fn[name](opts, ctypes.byref(out)), f"nvcompBatched{self.algo}{name}")
         return out
 
     def decompress_temp_bytes(self, n: int, max_chunk: int, total: int, stream: int) -> int:
         """Workspace bytes a decode of ``n`` chunks of at most ``max_chunk`` bytes takes."""
         out = c_size_t(0)
         self._check(
-            self.lib.nvcompBatchedZstdDecompressGetTempSize(
+            self._fn["DecompressGetTempSize"](
                 n, max_chunk, self.dopts, ctypes.byref(out), total, stream
             ),
-            "zstd decompress temp size",
+            f"{self.algo} decompress temp size",
         )
         return out.value
 
@@ -207,7 +199,7 @@ class ZstdApi:
     ) -> None:
         """Queue a batched decode on ``stream`` (arguments are device addresses and counts)."""
         self._check(
-            self.lib.nvcompBatchedZstdDecompressAsync(
+            self._fn["DecompressAsync"](
                 comp_ptrs,
                 comp_bytes,
                 out_bytes,
@@ -220,17 +212,17 @@ class ZstdApi:
                 statuses,
                 stream,
             ),
-            "nvcompBatchedZstdDecompressAsync",
+            f"nvcompBatched{self.algo}DecompressAsync",
         )
 
     def compress_temp_bytes(self, n: int, max_chunk: int, total: int, stream: int) -> int:
         """Workspace bytes an encode of ``n`` chunks of at most ``max_chunk`` bytes takes."""
         out = c_size_t(0)
         self._check(
-            self.lib.nvcompBatchedZstdCompressGetTempSize(
+            self._fn["CompressGetTempSize"](
                 n, max_chunk, self.copts, ctypes.byref(out), total, stream
             ),
-            "zstd compress temp size",
+            f"{self.algo} compress temp size",
         )
         return out.value
 
@@ -238,10 +230,8 @@ class ZstdApi:
         """The most bytes a chunk of ``max_chunk`` bytes can compress to."""
         out = c_size_t(0)
         self._check(
-            self.lib.nvcompBatchedZstdCompressGetMaxOutputChunkSize(
-                max_chunk, self.copts, ctypes.byref(out)
-            ),
-            "zstd max output size",
+            self._fn["CompressGetMaxOutputChunkSize"](max_chunk, self.copts, ctypes.byref(out)),
+            f"{self.algo} max output size",
         )
         return out.value
 
@@ -260,7 +250,7 @@ class ZstdApi:
     ) -> None:
         """Queue a batched encode on ``stream`` (arguments are device addresses and counts)."""
         self._check(
-            self.lib.nvcompBatchedZstdCompressAsync(
+            self._fn["CompressAsync"](
                 in_ptrs,
                 in_bytes,
                 max_chunk,
@@ -273,13 +263,20 @@ class ZstdApi:
                 statuses,
                 stream,
             ),
-            "nvcompBatchedZstdCompressAsync",
+            f"nvcompBatched{self.algo}CompressAsync",
         )
 
 
 @lru_cache(maxsize=1)
-def zstd_api() -> ZstdApi:
-    return ZstdApi(load_libnvcomp())
+def zstd_api() -> BatchedApi:
+    """nvCOMP's batched zstd, both ways."""
+    return BatchedApi(load_libnvcomp(), "Zstd", compress=True)
+
+
+@lru_cache(maxsize=1)
+def lz4_api() -> BatchedApi:
+    """nvCOMP's batched LZ4 decoder (raw LZ4 blocks)."""
+    return BatchedApi(load_libnvcomp(), "LZ4")
 
 
 def nvcomp_version() -> str:

@@ -190,29 +190,7 @@ class ZstdBatchCodec:
         nvCOMP's workspace, which the batch no longer needs (the caller's output bytes that
         this batch will write)."""
         workspace = workspace or Workspace()
-        sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
-        self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
-        where = staging.locate_all(frames) if staging is not None and frames else None
-        if where is not None:
-            arena_of, in_arena = where
-            comp, starts = staging.upload(lambda n: workspace.take(n, self.stream), self.stream)
-            offsets = (np.asarray(starts, dtype=np.int64)[arena_of] + in_arena).astype(np.uint64)
-            release = staging.release
-        else:  # packed into this codec's own pinned buffer first
-            padded = (sizes + np.uint64(SLOT_ALIGN - 1)) // np.uint64(SLOT_ALIGN)
-            padded *= np.uint64(SLOT_ALIGN)
-            offsets = np.zeros(len(frames), dtype=np.uint64)
-            if len(frames) > 1:
-                np.cumsum(padded[:-1], out=offsets[1:])
-            total = int(offsets[-1] + sizes[-1]) if len(frames) else 0
-            host = self.packing.get(total)
-            for f, off, size in zip(frames, offsets, sizes, strict=True):
-                host[int(off) : int(off) + int(size)] = np.frombuffer(f, dtype=np.uint8)
-            comp = workspace.take(max(total, 1), self.stream)
-            comp.data.copy_from_host_async(
-                ctypes.c_void_p(host.ctypes.data), max(total, 1), self.stream
-            )
-            release = staging.release if staging is not None else None
+        comp, offsets, sizes, release = self.stage(frames, staging, workspace)
         return self._decode_staged(
             comp,
             offsets,
@@ -223,6 +201,36 @@ class ZstdBatchCodec:
             release=release,
             slot_region=slot_region,
         )
+
+    def stage(
+        self, frames: Sequence[Any], staging: Any, workspace: Workspace
+    ) -> tuple[Any, np.ndarray, np.ndarray, Callable[[], None] | None]:
+        """Copy host frames to one device buffer on this stream, after the caller's work:
+        (buffer, offset of each frame in it, frame sizes, a callable giving the pinned
+        staging back once the device no longer reads it, or None). Frames in ``staging``
+        go one copy per arena; others are packed into this codec's pinned buffer first."""
+        sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
+        self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
+        where = staging.locate_all(frames) if staging is not None and frames else None
+        if where is not None:
+            arena_of, in_arena = where
+            comp, starts = staging.upload(lambda n: workspace.take(n, self.stream), self.stream)
+            offsets = (np.asarray(starts, dtype=np.int64)[arena_of] + in_arena).astype(np.uint64)
+            return comp, offsets, sizes, staging.release
+        padded = (sizes + np.uint64(SLOT_ALIGN - 1)) // np.uint64(SLOT_ALIGN)
+        padded *= np.uint64(SLOT_ALIGN)
+        offsets = np.zeros(len(frames), dtype=np.uint64)
+        if len(frames) > 1:
+            np.cumsum(padded[:-1], out=offsets[1:])
+        total = int(offsets[-1] + sizes[-1]) if len(frames) else 0
+        host = self.packing.get(total)
+        for f, off, size in zip(frames, offsets, sizes, strict=True):
+            host[int(off) : int(off) + int(size)] = np.frombuffer(f, dtype=np.uint8)
+        comp = workspace.take(max(total, 1), self.stream)
+        comp.data.copy_from_host_async(
+            ctypes.c_void_p(host.ctypes.data), max(total, 1), self.stream
+        )
+        return comp, offsets, sizes, staging.release if staging is not None else None
 
     def upload_raw(self, frames: Sequence[Any], nbytes: int, staging: Any = None) -> DecodedBatch:
         """Uncompressed chunks: to the device (one copy per staging arena), used in place."""
