@@ -2,11 +2,12 @@
 
 Inside the context:
 - zarr's buffers are GPU buffers (reads return cupy arrays);
-- the ``zstd`` codec resolves to :class:`NvcompZstdCodec` (batched nvCOMP);
+- the ``zstd`` and ``blosc`` codecs resolve to :class:`NvcompZstdCodec` and
+  :class:`NvcompBloscCodec` (batched nvCOMP);
 - the codec pipeline batch size and async concurrency are raised so that a batched codec
   sees many chunks per call (zarr's default batch size is 1);
-- zarr v2 arrays (whose compressor zarr wraps in ``V2Codec``) work: zstd on the GPU, any
-  other compressor or filter on the CPU followed by one copy, never the crash that plain
+- zarr v2 arrays (whose compressor zarr wraps in ``V2Codec``) work: zstd, Blosc and LZ4 on
+  the GPU, any other compressor or filter on the CPU followed by one copy, never the crash that plain
   ``zarr.config.enable_gpu()`` gives with numcodecs and cupy input.
 Every setting is restored on exit, also when the block raises; contexts nest.
 
@@ -82,8 +83,12 @@ def _v2_codecs_on_gpu() -> Iterator[None]:
                 _originals.clear()
 
 
-def _gpu_zstd(codec: Any) -> bool:
-    return getattr(codec.compressor, "codec_id", None) == "zstd" and not codec.filters
+def _gpu_codec(codec: Any) -> str | None:
+    """The compressor's id where the GPU decodes it (no filters before it), else None."""
+    from linumpy_gpu.gpu.zarr_codec import GPU_CODECS
+
+    cid = getattr(codec.compressor, "codec_id", None)
+    return cid if cid in GPU_CODECS and not codec.filters else None
 
 
 def _host_buffer(chunk_bytes: Any) -> Any:
@@ -110,8 +115,8 @@ def _original(name: str) -> Any:
 
 
 def _v2_decode_sync(self: Any, chunk_bytes: Any, chunk_spec: Any) -> Any:
-    if _gpu_zstd(self):
-        return _v2_decode_sync_zstd(self, chunk_bytes, chunk_spec)
+    if _gpu_codec(self):
+        return _v2_decode_on_gpu(self, chunk_bytes, chunk_spec)
     with warnings.catch_warnings():  # zarr warns when it copies host arrays to the GPU
         warnings.simplefilter("ignore", UserWarning)
         return _original("_decode_sync")(self, _host_buffer(chunk_bytes), chunk_spec)
@@ -120,27 +125,30 @@ def _v2_decode_sync(self: Any, chunk_bytes: Any, chunk_spec: Any) -> Any:
 async def _v2_decode_single(self: Any, chunk_bytes: Any, chunk_spec: Any) -> Any:
     import asyncio
 
-    if _gpu_zstd(self):
-        return await asyncio.to_thread(_v2_decode_sync_zstd, self, chunk_bytes, chunk_spec)
+    if _gpu_codec(self):
+        return await asyncio.to_thread(_v2_decode_on_gpu, self, chunk_bytes, chunk_spec)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return await _original("_decode_single")(self, _host_buffer(chunk_bytes), chunk_spec)
 
 
-def _v2_decode_sync_zstd(self: Any, chunk_bytes: Any, chunk_spec: Any) -> Any:
+def _v2_decode_on_gpu(self: Any, chunk_bytes: Any, chunk_spec: Any) -> Any:
     from linumpy_gpu.gpu.zarr_codec import decode_frames
 
+    cid = _gpu_codec(self)
     frame = chunk_bytes.as_array_like().reshape(-1).view(np.uint8)
-    raw = decode_frames([frame], _nbytes(chunk_spec), "zarr v2 zstd")[0]
+    raw = decode_frames([frame], _nbytes(chunk_spec), f"zarr v2 {cid}", cid or "zstd")[0]
     return _v2_array(self, raw, chunk_spec)
 
 
 async def _v2_decode_batch(self: Any, chunks_and_specs: Any) -> Any:
-    """All zstd chunks of a batch in one nvCOMP call; anything else per chunk."""
+    """All chunks of a batch in one nvCOMP call where the GPU decodes the compressor;
+    anything else per chunk."""
     import asyncio
 
     items = list(chunks_and_specs)
-    if not _gpu_zstd(self) or not items:
+    cid = _gpu_codec(self)
+    if cid is None or not items:
         return await _original("decode")(self, items)
 
     def run() -> list[Any]:
@@ -153,7 +161,8 @@ async def _v2_decode_batch(self: Any, chunks_and_specs: Any) -> Any:
             by_size.setdefault(_nbytes(items[i][1]), []).append(i)
         for nbytes, idx in by_size.items():
             frames = [items[i][0].as_array_like().reshape(-1).view(np.uint8) for i in idx]
-            for i, raw in zip(idx, decode_frames(frames, nbytes, "zarr v2 zstd"), strict=True):
+            decoded = decode_frames(frames, nbytes, f"zarr v2 {cid}", cid)
+            for i, raw in zip(idx, decoded, strict=True):
                 out[i] = _v2_array(self, raw, items[i][1])
         return out
 

@@ -1,7 +1,10 @@
-"""``NvcompZstdCodec``: zarr's ``zstd`` codec, decoded and encoded on the GPU in batches.
+"""``NvcompZstdCodec`` and ``NvcompBloscCodec``: zarr's ``zstd`` and ``blosc`` codecs,
+decoded on the GPU in batches (zstd also encoded there).
 
-A drop-in for :class:`zarr.codecs.ZstdCodec`: same JSON (``{"name": "zstd", ...}``), same
-validation of ``level`` and ``checksum`` (inherited), frames readable by any zstd. Batches
+Drop-ins for :class:`zarr.codecs.ZstdCodec` and :class:`zarr.codecs.BloscCodec`: same JSON,
+same validation (inherited), output readable by any zstd / Blosc. Blosc frames decode
+through :mod:`linumpy_gpu.gpu.nvcomp.streams` (LZ4 and zstd inner codecs on nvCOMP, others
+on the CPU Blosc) and encode with the CPU Blosc. Batches
 arrive through zarr's batched ``decode``/``encode`` (set ``codec_pipeline.batch_size`` large,
 as :func:`gpu_zarr_context` does); the synchronous ``_decode_sync``/``_encode_sync`` used by
 zarr 3.3+'s ``FusedCodecPipeline`` run on the GPU too, one chunk at a time, never silently
@@ -11,8 +14,8 @@ that thread's CUDA stream and waited for through the stream; zarr's event loop n
 nvCOMP exposes no compression level: ``level`` is recorded in the metadata and used by CPU
 writers, the GPU encoder uses nvCOMP's own (about zstd level 1-3 in ratio).
 
-Decoded sizes come from the chunk spec (``prod(shape) * itemsize``), so zstd must directly
-follow the array-to-bytes codec, as every common writer does.
+Decoded sizes come from the chunk spec (``prod(shape) * itemsize``), so the codec must
+directly follow the array-to-bytes codec, as every common writer does.
 """
 
 from __future__ import annotations
@@ -23,12 +26,17 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from zarr.codecs import ZstdCodec
+from zarr.codecs import BloscCodec, ZstdCodec
 
-from linumpy_gpu.errors import ChunkDecodeError
+from linumpy_gpu.codecs import ByteCodec, blosc, decode_chain, lz4
+from linumpy_gpu.errors import ChunkDecodeError, CodecError
+from linumpy_gpu.gpu.nvcomp import streams
 from linumpy_gpu.gpu.nvcomp.zstd import SLOT_ALIGN, codec_for_current_device, round_up
 
 QUALNAME = "linumpy_gpu.gpu.zarr_codec.NvcompZstdCodec"
+BLOSC_QUALNAME = "linumpy_gpu.gpu.zarr_codec.NvcompBloscCodec"
+# codecs decode_frames takes (numcodecs / zarr ids)
+GPU_CODECS = ("zstd", "blosc", "lz4")
 
 
 def _is_device(a: Any) -> bool:
@@ -45,15 +53,19 @@ def spec_nbytes(spec: Any) -> int:
     return math.prod(spec.shape) * np.dtype(dtype).itemsize
 
 
-def decode_frames(frames: list[Any], nbytes: int, what: str) -> list[Any]:
-    """Decode zstd frames (device or host arrays) of ``nbytes`` each to 1-D uint8 cupy
-    arrays; damaged frames raise :class:`ChunkDecodeError`."""
+def decode_frames(frames: list[Any], nbytes: int, what: str, codec_id: str = "zstd") -> list[Any]:
+    """Decode chunks of codec ``codec_id`` (one of :data:`GPU_CODECS`; device or host arrays)
+    of ``nbytes`` each to 1-D uint8 cupy arrays; damaged chunks raise
+    :class:`ChunkDecodeError`."""
     codec = codec_for_current_device()
-    if all(_is_device(f) for f in frames):
+    if codec_id == "zstd" and all(_is_device(f) for f in frames):
         batch = codec.decode_device(frames, nbytes)
     else:
         host = [f.get() if _is_device(f) else np.asarray(f) for f in frames]
-        batch = codec.decode_host(host, nbytes)
+        if codec_id == "zstd":
+            batch = codec.decode_host(host, nbytes)
+        else:
+            batch = _decode_streams(codec, host, nbytes, codec_id)
     if batch.failures:
         i, reason = next(iter(sorted(batch.failures.items())))
         err = ChunkDecodeError(what, f"chunk {i} of a {len(frames)}-chunk zarr batch", reason)
@@ -61,6 +73,25 @@ def decode_frames(frames: list[Any], nbytes: int, what: str) -> list[Any]:
             err.add_note(f"{len(batch.failures)} damaged chunks in this batch")
         raise err
     return [batch.slot(i) for i in range(len(frames))]
+
+
+def _decode_streams(codec: Any, host: list[Any], nbytes: int, codec_id: str) -> Any:
+    if codec_id == "lz4":
+        layout = lz4.stream_layout(host, nbytes)
+    else:
+        layout = blosc.stream_layout(host, nbytes, streams.GPU_INNER)
+    chain = [ByteCodec(codec_id)]
+
+    def on_cpu(frames: list[bytes]) -> list[Any]:
+        out: list[Any] = []
+        for frame in frames:
+            try:
+                out.append(decode_chain(frame, chain, nbytes))
+            except CodecError as exc:
+                out.append(str(exc))
+        return out
+
+    return streams.decode_frames(codec, host, nbytes, layout, on_cpu)
 
 
 def encode_arrays(arrays: list[Any], checksum: bool) -> list[bytes]:
@@ -75,8 +106,10 @@ def encode_arrays(arrays: list[Any], checksum: bool) -> list[bytes]:
     return codec_for_current_device().encode(packed, nbytes, len(arrays), stride, checksum)
 
 
-class NvcompZstdCodec(ZstdCodec):
-    """zarr's zstd codec with nvCOMP batched decode/encode on the current cupy device."""
+class _GpuDecode:
+    """zarr's batched, single and synchronous decode entry points, all on the GPU."""
+
+    codec_id = "zstd"
 
     def _decode_batch(self, items: list[tuple[Any, Any]]) -> list[Any]:
         out: list[Any] = [None] * len(items)
@@ -86,11 +119,33 @@ class NvcompZstdCodec(ZstdCodec):
                 groups.setdefault(spec_nbytes(spec), []).append(i)
         for nbytes, idx in groups.items():
             frames = [items[i][0].as_array_like() for i in idx]
-            decoded = decode_frames([f.reshape(-1).view(np.uint8) for f in frames], nbytes, "zstd")
+            flat = [f.reshape(-1).view(np.uint8) for f in frames]
+            decoded = decode_frames(flat, nbytes, self.codec_id, self.codec_id)
             for i, d in zip(idx, decoded, strict=True):
                 proto = items[i][1].prototype.buffer
                 out[i] = proto.from_array_like(d if _on_device(proto) else d.get())
         return out
+
+    async def decode(self, chunks_and_specs: Iterable[tuple[Any, Any]]) -> Iterable[Any]:
+        items = list(chunks_and_specs)
+        return await asyncio.to_thread(self._decode_batch, items)
+
+    async def _decode_single(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
+        return (await asyncio.to_thread(self._decode_batch, [(chunk_bytes, chunk_spec)]))[0]
+
+    def _decode_sync(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
+        return self._decode_batch([(chunk_bytes, chunk_spec)])[0]
+
+
+class NvcompBloscCodec(_GpuDecode, BloscCodec):
+    """zarr's blosc codec with nvCOMP batched decode on the current cupy device (encode:
+    the CPU Blosc)."""
+
+    codec_id = "blosc"
+
+
+class NvcompZstdCodec(_GpuDecode, ZstdCodec):
+    """zarr's zstd codec with nvCOMP batched decode/encode on the current cupy device."""
 
     def _encode_batch(self, items: list[tuple[Any, Any]]) -> list[Any]:
         import cupy
@@ -109,22 +164,12 @@ class NvcompZstdCodec(ZstdCodec):
                 out[i] = items[i][1].prototype.buffer.from_bytes(frame)
         return out
 
-    async def decode(self, chunks_and_specs: Iterable[tuple[Any, Any]]) -> Iterable[Any]:
-        items = list(chunks_and_specs)
-        return await asyncio.to_thread(self._decode_batch, items)
-
     async def encode(self, chunks_and_specs: Iterable[tuple[Any, Any]]) -> Iterable[Any]:
         items = list(chunks_and_specs)
         return await asyncio.to_thread(self._encode_batch, items)
 
-    async def _decode_single(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
-        return (await asyncio.to_thread(self._decode_batch, [(chunk_bytes, chunk_spec)]))[0]
-
     async def _encode_single(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
         return (await asyncio.to_thread(self._encode_batch, [(chunk_bytes, chunk_spec)]))[0]
-
-    def _decode_sync(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
-        return self._decode_batch([(chunk_bytes, chunk_spec)])[0]
 
     def _encode_sync(self, chunk_bytes: Any, chunk_spec: Any) -> Any:
         return self._encode_batch([(chunk_bytes, chunk_spec)])[0]
@@ -134,12 +179,13 @@ _registered = False
 
 
 def register_nvcomp_zstd() -> bool:
-    """Register :class:`NvcompZstdCodec` under zarr's ``zstd`` codec id (idempotent).
+    """Register :class:`NvcompZstdCodec` and :class:`NvcompBloscCodec` under zarr's ``zstd``
+    and ``blosc`` codec ids (idempotent).
 
     Returns True when registered; False where the GPU stack (cupy, nvCOMP, a CUDA device)
     is missing, in which case nothing is registered and zarr's CPU zstd codec keeps
     answering. Registering makes the class known to zarr; zarr uses it where its config
-    names it (:func:`gpu_zstd_config`, or :func:`~linumpy_gpu.gpu_zarr_context`)."""
+    names them (:func:`gpu_zstd_config`, or :func:`~linumpy_gpu.gpu_zarr_context`)."""
     global _registered
     if _registered:
         return True
@@ -150,19 +196,22 @@ def register_nvcomp_zstd() -> bool:
     from zarr.registry import register_codec
 
     register_codec("zstd", NvcompZstdCodec, qualname=QUALNAME)
+    register_codec("blosc", NvcompBloscCodec, qualname=BLOSC_QUALNAME)
     _registered = True
     return True
 
 
 def gpu_zstd_config(batch_size: int = 1024, concurrency: int = 64) -> dict[str, Any]:
     """The zarr config that :func:`~linumpy_gpu.gpu_zarr_context` applies: GPU buffers,
-    ``zstd`` through :class:`NvcompZstdCodec`, and a codec pipeline batch (``batch_size``
+    ``zstd`` and ``blosc`` through :class:`NvcompZstdCodec` and :class:`NvcompBloscCodec`,
+    and a codec pipeline batch (``batch_size``
     chunks) and async concurrency large enough for a batched codec to see many chunks at
     once. Use it with ``zarr.config.set(...)`` after :func:`register_nvcomp_zstd`."""
     return {
         "buffer": "zarr.buffer.gpu.Buffer",
         "ndbuffer": "zarr.buffer.gpu.NDBuffer",
         "codecs.zstd": QUALNAME,
+        "codecs.blosc": BLOSC_QUALNAME,
         "codec_pipeline.batch_size": int(batch_size),
         "async.concurrency": int(concurrency),
     }

@@ -19,6 +19,7 @@ import time
 
 import numcodecs
 import numpy as np
+import zarr
 
 SHAPE, CHUNKS = (32, 64, 64), (16, 64, 64)
 KEY = "1.0.0"
@@ -149,6 +150,15 @@ def main(cname: str, case: str, out_json: str) -> None:
             result["gpu"] = f"ChunkDecodeError: {exc.reason}"
             result["names_key"] = KEY in exc.key
         result["seconds"] = round(time.perf_counter() - t0, 3)
+        with lg.gpu_zarr_context():  # plain zarr-python, through our GPU codecs
+            try:
+                whole = zarr.open_array(os.path.join(path, "0"), mode="r")[...].get()
+                same = cpu_bytes is not None and whole[16:].tobytes() == cpu_bytes
+                result["zarr_context"] = (
+                    "read, as the CPU decodes it" if same else "read, WRONG DATA"
+                )
+            except lg.ChunkDecodeError as exc:
+                result["zarr_context"] = f"ChunkDecodeError: {exc.reason}"
         ok = img[0][:16].get()
         result["gpu_usable_after"] = (
             bool(np.array_equal(ok, data[:16])) and float(cupy.arange(10).sum()) == 45.0

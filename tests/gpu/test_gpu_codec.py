@@ -345,3 +345,27 @@ def test_codec_paths_work_from_ordinary_memory_past_the_side_pinned_budget(cp, m
     encoded = codec.encode(chunks, len(raws[0]), 2, len(raws[0]), False)
     assert [numcodecs.Zstd().decode(f) for f in encoded] == raws[:2]
     assert codec.packing.capacity == 0
+
+
+@pytest.mark.parametrize("variant", ["v2-blosc-lz4-shuffle", "v2-lz4", "v3-blosc-zstd-bitshuffle"])
+def test_context_decodes_blosc_and_lz4_on_nvcomp(tmp_path, cp, variant, monkeypatch):
+    from linumpy_gpu.gpu.nvcomp import streams
+
+    calls = []
+    original = streams.decode_frames
+
+    def counting(codec, frames, nbytes, layout, cpu_decode, *args, **kwargs):
+        def no_cpu(chunks):
+            raise AssertionError(f"{len(chunks)} chunk(s) sent to the CPU")
+
+        calls.append(len(frames))
+        return original(codec, frames, nbytes, layout, no_cpu, *args, **kwargs)
+
+    monkeypatch.setattr(streams, "decode_frames", counting)
+    data = volume()
+    write_zarr_variant(tmp_path / "a.zarr", variant, data)
+    expected = zarr.open_array(str(tmp_path / "a.zarr"), mode="r")[...]
+    with lg.gpu_zarr_context():
+        got = zarr.open_array(str(tmp_path / "a.zarr"), mode="r")[...]
+    np.testing.assert_array_equal(got.get(), expected)
+    assert sum(calls) > 0

@@ -108,6 +108,8 @@ def test_damaged_blosc_or_lz4_chunk(case_results, cname, case):
     result = result_of(case_results, "tests.gpu.blosc_damage_case", [cname, case])
     assert result["gpu_usable_after"], result
     assert "WRONG DATA" not in result["gpu"], result
+    assert "WRONG DATA" not in result["zarr_context"], result
     if result["cpu"].startswith("error"):
         assert result["gpu"].startswith("ChunkDecodeError"), result
         assert result["names_key"], result
+        assert result["zarr_context"].startswith("ChunkDecodeError"), result
