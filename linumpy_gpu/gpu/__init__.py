@@ -4,9 +4,11 @@ The names users call (nothing here is imported by ``import linumpy_gpu``: they l
 first access, so CPU-only installs never import cupy):
 
 - :func:`read_zarr_to_gpu`: a path in, a cupy array out;
-- :func:`gpu_zarr_context`: plain zarr-python arrays return cupy, zstd decoded by nvCOMP;
-- :class:`NvcompZstdCodec`, :func:`register_nvcomp_zstd`, :func:`gpu_zstd_config`: the zarr
-  codec behind it, for users who set zarr's config themselves;
+- :func:`gpu_zarr_context`: plain zarr-python arrays return cupy, zstd, Blosc and LZ4
+  decoded by nvCOMP;
+- :class:`NvcompZstdCodec`, :class:`NvcompBloscCodec`, :func:`register_nvcomp_zstd`,
+  :func:`gpu_zstd_config`: the zarr codecs behind it, for users who set zarr's config
+  themselves;
 - :class:`GDSStore`: a zarr store reading through kvikio (GPUDirect Storage where present);
 - :class:`GpuBackend` (``open_ome_zarr(path, device=GpuBackend(...))``), :func:`info`.
 """
@@ -19,6 +21,7 @@ from typing import Any
 _LAZY = {
     "GDSStore": "linumpy_gpu.gpu.gds_store",
     "GpuBackend": "linumpy_gpu.gpu.backend",
+    "NvcompBloscCodec": "linumpy_gpu.gpu.zarr_codec",
     "NvcompZstdCodec": "linumpy_gpu.gpu.zarr_codec",
     "gpu_zarr_context": "linumpy_gpu.gpu.context",
     "gpu_zstd_config": "linumpy_gpu.gpu.zarr_codec",
