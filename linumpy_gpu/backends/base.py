@@ -9,7 +9,7 @@ memory (no bounds, no staging).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,9 @@ from linumpy_gpu.core.layout import ChunkFormat
 from linumpy_gpu.core.plan import ChunkPlan
 from linumpy_gpu.errors import OutputMismatchError
 from linumpy_gpu.io.sources import ByteSource
+
+# places one decoded chunk (its index in the batch, its bytes) in the read's output
+ChunkSink = Callable[[int, Any], None]
 
 EncodedChunk = tuple[str, memoryview]  # (key for messages, stored bytes)
 
@@ -75,11 +78,15 @@ class Backend(ABC):
         array: str,
         staging: Any = None,
         placement: Any = None,
+        sink: ChunkSink | None = None,
     ) -> list[Any]:
         """Decode a batch: for each chunk a 1-D uint8 array of ``fmt.nbytes`` bytes,
-        :data:`PLACED` where it was decoded straight into the output (``placement``), or
-        the :class:`~linumpy_gpu.ChunkDecodeError` that says why it could not be decoded
-        (the others of the batch are still delivered)."""
+        :data:`PLACED` where it was decoded straight into the output (``placement``) or
+        handed to ``sink`` once decoded, or the :class:`~linumpy_gpu.ChunkDecodeError` that
+        says why it could not be decoded (the others of the batch are still delivered).
+        ``sink(i, chunk)`` places chunk ``i``; a backend that decodes chunks one by one
+        calls it at once, while the chunk is still in cache, instead of holding the whole
+        batch decoded."""
 
     def place_all(
         self,

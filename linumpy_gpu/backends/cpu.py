@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from linumpy_gpu.backends.base import Backend, EncodedChunk
+from linumpy_gpu.backends.base import PLACED, Backend, ChunkSink, EncodedChunk
 from linumpy_gpu.codecs import decode_chain
 from linumpy_gpu.core.assemble import chunk_array, place
 from linumpy_gpu.core.layout import ChunkFormat
@@ -103,15 +103,19 @@ class CpuBackend(Backend):
         array: str,
         staging: Any = None,
         placement: Any = None,
+        sink: ChunkSink | None = None,
     ) -> list[Any]:
-        def one(item: EncodedChunk) -> np.ndarray | ChunkDecodeError:
-            key, data = item
+        def one(i: int) -> Any:
+            key, data = chunks[i]
             try:
                 raw = decode_chain(data, fmt.codecs, fmt.nbytes)
             except CodecError as exc:
                 return ChunkDecodeError(array, key, str(exc))
-            return np.frombuffer(raw, dtype=np.uint8)
+            if sink is None:
+                return np.frombuffer(raw, dtype=np.uint8)
+            sink(i, np.frombuffer(raw, dtype=np.uint8))
+            return PLACED
 
         if len(chunks) <= 1:
-            return [one(c) for c in chunks]
-        return list(self.pool().map(one, chunks))
+            return [one(i) for i in range(len(chunks))]
+        return list(self.pool().map(one, range(len(chunks))))

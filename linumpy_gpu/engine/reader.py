@@ -20,7 +20,7 @@ import numpy as np
 
 from linumpy_gpu import config
 from linumpy_gpu.backends.base import PLACED, Backend
-from linumpy_gpu.core.assemble import fill
+from linumpy_gpu.core.assemble import chunk_array, fill, place
 from linumpy_gpu.core.layout import ArrayLayout, layout_of
 from linumpy_gpu.core.plan import ChunkPlan, ChunkTask, chunk_plan
 from linumpy_gpu.core.selection import Selection, normalize_selection
@@ -639,12 +639,19 @@ class ChunkedArrayReader:
                 )
             if placement is not None:
                 profile["host_chunks"] = profile.get("host_chunks", 0) + placement.host
+
+            def sink(k: int, raw: Any) -> None:
+                chunk = chunk_array(raw, fmt, layout.dtype)
+                for work, task in targets.tasks(fetched.tasks, present[k]):
+                    place(work, task.out_region, chunk, task.chunk_region)
+
             decoded = self.backend.decode(
                 [(fetched.keys[i], data) for i in present if (data := fetched.data[i]) is not None],
                 fmt,
                 self.name,
                 staging=fetched.staging,
                 placement=placement,
+                sink=sink,
             )
         finally:
             self.memory.release_staging(fetched.staging)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from linumpy_gpu import config
-from linumpy_gpu.backends.base import PLACED, Backend, BatchMemory, EncodedChunk
+from linumpy_gpu.backends.base import PLACED, Backend, BatchMemory, ChunkSink, EncodedChunk
 from linumpy_gpu.backends.cpu import CpuBackend
 from linumpy_gpu.codecs import blosc, crc32c, lz4
 from linumpy_gpu.config import Settings
@@ -374,7 +374,9 @@ class GpuBackend(Backend, BatchMemory):
         array: str,
         staging: Any = None,
         placement: Any = None,
+        sink: ChunkSink | None = None,
     ) -> list[Any]:
+        # chunks are placed by one kernel per batch (place_all), not one by one: no sink
         with self.device:
             if not fmt.codecs:  # uncompressed: straight to the device, placed from there
                 batch = codec_for_current_device().upload_raw(
