@@ -163,3 +163,111 @@ def test_numcodecs_lz4_reads_on_nvcomp(tmp_path, cp, zarr_format):
     np.testing.assert_array_equal(img[0][...].get(), data)
     np.testing.assert_array_equal(img[0][5:7, 3:50, 60:].get(), data[5:7, 3:50, 60:])
     assert cpu.chunks == 0
+
+
+def test_ome_zarr_py_blosc_image_reads_on_nvcomp(tmp_path, cp):
+    """ome-zarr-py's NGFF 0.4 pyramid with the Blosc compressor labs pass it."""
+    pytest.importorskip("ome_zarr")
+    import zarr
+    from ome_zarr.format import FormatV04
+    from ome_zarr.io import parse_url
+    from ome_zarr.writer import write_image
+
+    data = image("u2", seed=6)
+    fmt = FormatV04()
+    store = parse_url(str(tmp_path / "a.zarr"), mode="w", fmt=fmt).store
+    root = zarr.group(store=store, zarr_format=2, overwrite=True)
+    codec = numcodecs.Blosc(cname="zstd", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
+    write_image(
+        image=data,
+        group=root,
+        axes="zyx",
+        fmt=fmt,
+        storage_options={"chunks": (16, 32, 64), "compressor": codec},
+    )
+    img, cpu = gpu_reader(tmp_path / "a.zarr")
+    assert len(img.levels) > 1
+    for i in range(len(img.levels)):
+        expected = zarr.open_array(str(tmp_path / "a.zarr" / img.levels[i].path), mode="r")[...]
+        np.testing.assert_array_equal(img[i][...].get(), expected)
+    assert cpu.chunks == 0
+
+
+@pytest.mark.parametrize("driver", ["zarr", "zarr3", "zarr3-sharded"])
+def test_tensorstore_blosc_arrays_read_on_nvcomp(tmp_path, cp, driver):
+    ts = pytest.importorskip("tensorstore")
+    data = image("u2", seed=7)
+    path = tmp_path / "a.zarr"
+    if driver == "zarr":
+        metadata = {
+            "shape": list(SHAPE),
+            "chunks": [16, 32, 64],
+            "dtype": "<u2",
+            "compressor": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 2},
+            "fill_value": 0,
+        }
+    else:
+        blosc = {
+            "name": "blosc",
+            "configuration": {"cname": "zstd", "clevel": 3, "shuffle": "shuffle", "typesize": 2},
+        }
+        inner = [{"name": "bytes", "configuration": {"endian": "little"}}, blosc]
+        if driver == "zarr3":
+            grid, codecs = [16, 32, 64], inner
+        else:
+            grid = [32, 64, 100]
+            codecs = [
+                {
+                    "name": "sharding_indexed",
+                    "configuration": {
+                        "chunk_shape": [16, 32, 50],
+                        "codecs": inner,
+                        "index_codecs": [
+                            {"name": "bytes", "configuration": {"endian": "little"}},
+                            {"name": "crc32c"},
+                        ],
+                    },
+                }
+            ]
+        metadata = {
+            "shape": list(SHAPE),
+            "data_type": "uint16",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": grid}},
+            "codecs": codecs,
+            "fill_value": 0,
+        }
+    spec = {
+        "driver": driver.split("-")[0],
+        "kvstore": {"driver": "file", "path": str(path / "0")},
+        "metadata": metadata,
+        "create": True,
+    }
+    ts.open(spec).result()[...] = data
+    _add_ome_metadata(path, zarr_format=2 if driver == "zarr" else 3)
+    img, cpu = gpu_reader(path)
+    np.testing.assert_array_equal(img[0][...].get(), data)
+    assert cpu.chunks == 0
+
+
+def _add_ome_metadata(path, zarr_format):
+    import json
+
+    axes = [{"name": n, "type": "space", "unit": "micrometer"} for n in "zyx"]
+    multiscale = {
+        "axes": axes,
+        "datasets": [
+            {"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0] * 3}]}
+        ],
+    }
+    if zarr_format == 2:
+        (path / ".zgroup").write_text(json.dumps({"zarr_format": 2}))
+        (path / ".zattrs").write_text(
+            json.dumps({"multiscales": [{"version": "0.4", **multiscale}]})
+        )
+    else:
+        group = {
+            "zarr_format": 3,
+            "node_type": "group",
+            "attributes": {"ome": {"version": "0.5", "multiscales": [multiscale]}},
+        }
+        (path / "zarr.json").write_text(json.dumps(group))
