@@ -322,6 +322,271 @@ extern "C" __global__ void copy_spans(const u64* __restrict__ spans, const int n
     for (u64 o = threadIdx.x; o < nbytes; o += blockDim.x) dst[o] = src[o];
 }
 
+/* Raw Deflate streams (RFC 1951): one thread per stream walks every block, Huffman table
+   and symbol as a reference inflater does (the rules of zlib's puff), counting output
+   bytes instead of writing them: every code complete (one-code trees aside), every length
+   and distance inside the output so far, no bytes after the last block, exactly the
+   expected decoded size. A stream refused here is decoded on the CPU, whose verdict
+   stands. */
+struct BitIn { const u8* p; long long n; long long pos; u32 buf; int cnt; int err; };
+
+__device__ __forceinline__ int inf_bits(BitIn& s, int need) {
+    long long val = s.buf;
+    while (s.cnt < need) {
+        if (s.pos >= s.n) { s.err = 1; return 0; }
+        val |= (long long)s.p[s.pos++] << s.cnt;
+        s.cnt += 8;
+    }
+    s.buf = (u32)(val >> need);
+    s.cnt -= need;
+    return (int)(val & ((1ll << need) - 1));
+}
+
+__device__ int inf_decode(BitIn& s, const short* count, const short* symbol) {
+    int code = 0, first = 0, index = 0;
+    for (int len = 1; len <= 15; ++len) {
+        code |= inf_bits(s, 1);
+        if (s.err) return -2;
+        const int c = count[len];
+        if (code - c < first) return symbol[index + (code - first)];
+        index += c; first += c; first <<= 1; code <<= 1;
+    }
+    return -10;
+}
+
+__device__ int inf_construct(short* count, short* symbol, const short* length, int n) {
+    short offs[16];
+    for (int len = 0; len <= 15; ++len) count[len] = 0;
+    for (int k = 0; k < n; ++k) count[length[k]]++;
+    if (count[0] == n) return 0;
+    int left = 1;
+    for (int len = 1; len <= 15; ++len) { left <<= 1; left -= count[len]; if (left < 0) return left; }
+    offs[1] = 0;
+    for (int len = 1; len < 15; ++len) offs[len + 1] = offs[len] + count[len];
+    for (int k = 0; k < n; ++k) if (length[k] != 0) symbol[offs[length[k]]++] = (short)k;
+    return left;
+}
+
+__constant__ short INF_LBASE[29] = {3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31,
+    35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
+__constant__ short INF_LEXT[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3,
+    4, 4, 4, 4, 5, 5, 5, 5, 0};
+__constant__ short INF_DBASE[30] = {1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193,
+    257, 385, 513, 769, 1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
+__constant__ short INF_DEXT[30] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8,
+    9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
+__constant__ unsigned char INF_ORDER[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13,
+    2, 14, 1, 15};
+
+__device__ int inf_codes(BitIn& s, const short* lcount, const short* lsym, const short* dcount,
+                         const short* dsym, long long& out, const long long want) {
+    for (;;) {
+        int symbol = inf_decode(s, lcount, lsym);
+        if (symbol < 0) return symbol;
+        if (symbol < 256) {
+            if (++out > want) return -20;
+        } else if (symbol == 256) {
+            return 0;
+        } else {
+            symbol -= 257;
+            if (symbol >= 29) return -10;
+            const int len = INF_LBASE[symbol] + inf_bits(s, INF_LEXT[symbol]);
+            symbol = inf_decode(s, dcount, dsym);
+            if (symbol < 0) return symbol;
+            if (symbol >= 30) return -10;
+            const int dist = INF_DBASE[symbol] + inf_bits(s, INF_DEXT[symbol]);
+            if (s.err) return -2;
+            if (dist > out) return -11;
+            out += len;
+            if (out > want) return -20;
+        }
+    }
+}
+
+extern "C" __global__ void deflate_check(
+    const u64* __restrict__ ptrs, const u64* __restrict__ sizes,
+    const u64* __restrict__ expected, const int n, int* __restrict__ status)
+{
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    BitIn s;
+    s.p = (const u8*)ptrs[t]; s.n = (long long)sizes[t]; s.pos = 0; s.buf = 0; s.cnt = 0; s.err = 0;
+    const long long want = (long long)expected[t];
+    long long out = 0;
+    short lengths[320];
+    short lcount[16], lsym[288], dcount[16], dsym[30];
+    int last, err = 0;
+    do {
+        last = inf_bits(s, 1);
+        const int type = inf_bits(s, 2);
+        if (s.err) { err = -2; break; }
+        if (type == 0) {
+            s.buf = 0; s.cnt = 0;   /* to a byte boundary */
+            if (s.pos + 4 > s.n) { err = -2; break; }
+            const int len = s.p[s.pos] | (s.p[s.pos + 1] << 8);
+            const int nlen = s.p[s.pos + 2] | (s.p[s.pos + 3] << 8);
+            if (len != (~nlen & 0xffff)) { err = -12; break; }
+            s.pos += 4;
+            if (s.pos + len > s.n) { err = -2; break; }
+            s.pos += len;
+            out += len;
+            if (out > want) { err = -20; break; }
+        } else if (type == 1) {
+            int k = 0;
+            for (; k < 144; ++k) lengths[k] = 8;
+            for (; k < 256; ++k) lengths[k] = 9;
+            for (; k < 280; ++k) lengths[k] = 7;
+            for (; k < 288; ++k) lengths[k] = 8;
+            inf_construct(lcount, lsym, lengths, 288);
+            for (k = 0; k < 30; ++k) lengths[k] = 5;
+            inf_construct(dcount, dsym, lengths, 30);
+            err = inf_codes(s, lcount, lsym, dcount, dsym, out, want);
+        } else if (type == 2) {
+            const int nlen = inf_bits(s, 5) + 257;
+            const int ndist = inf_bits(s, 5) + 1;
+            const int ncode = inf_bits(s, 4) + 4;
+            if (s.err) { err = -2; break; }
+            if (nlen > 286 || ndist > 30) { err = -3; break; }
+            int index = 0;
+            for (; index < ncode; ++index) lengths[INF_ORDER[index]] = (short)inf_bits(s, 3);
+            for (; index < 19; ++index) lengths[INF_ORDER[index]] = 0;
+            if (s.err) { err = -2; break; }
+            if (inf_construct(lcount, lsym, lengths, 19) != 0) { err = -4; break; }
+            index = 0;
+            while (index < nlen + ndist) {
+                int symbol = inf_decode(s, lcount, lsym);
+                if (symbol < 0) { err = symbol; break; }
+                if (symbol < 16) {
+                    lengths[index++] = (short)symbol;
+                } else {
+                    short len = 0;
+                    if (symbol == 16) {
+                        if (index == 0) { err = -5; break; }
+                        len = lengths[index - 1];
+                        symbol = 3 + inf_bits(s, 2);
+                    } else if (symbol == 17) {
+                        symbol = 3 + inf_bits(s, 3);
+                    } else {
+                        symbol = 11 + inf_bits(s, 7);
+                    }
+                    if (s.err) { err = -2; break; }
+                    if (index + symbol > nlen + ndist) { err = -6; break; }
+                    while (symbol--) lengths[index++] = len;
+                }
+            }
+            if (err) break;
+            if (lengths[256] == 0) { err = -9; break; }
+            int e = inf_construct(lcount, lsym, lengths, nlen);
+            if (e && (e < 0 || nlen != lcount[0] + lcount[1])) { err = -7; break; }
+            e = inf_construct(dcount, dsym, lengths + nlen, ndist);
+            if (e && (e < 0 || ndist != dcount[0] + dcount[1])) { err = -8; break; }
+            err = inf_codes(s, lcount, lsym, dcount, dsym, out, want);
+        } else {
+            err = -1;
+        }
+        if (err) break;
+    } while (!last);
+    if (!err && s.pos != s.n) err = -13;    /* bytes after the last block */
+    if (!err && out != want) err = -14;
+    status[t] = err;
+}
+
+/* CRC-32 (gzip's) of each decoded stream, one block per stream: each thread the CRC of
+   its slice, then thread 0 chains them (zlib's crc32_combine: multiplication modulo the
+   CRC polynomial). status: 0 when the CRC equals the stored one, else 1. */
+__device__ u32 crc_multmodp(u32 a, u32 b) {
+    u32 m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) { p ^= b; if ((a & (m - 1)) == 0) break; }
+        m >>= 1;
+        b = (b & 1) ? (b >> 1) ^ 0xEDB88320u : b >> 1;
+    }
+    return p;
+}
+
+/* x^(8 * n) modulo the CRC polynomial: what appending n zero bytes multiplies a CRC by */
+__device__ u32 crc_shift(unsigned long long n) {
+    u32 square = 1u << 30;            /* x^1, squared at each bit of 8 * n */
+    u32 p = 1u << 31;                 /* x^0 */
+    n <<= 3;
+    while (n) {
+        if (n & 1) p = crc_multmodp(square, p);
+        square = crc_multmodp(square, square);
+        n >>= 1;
+    }
+    return p;
+}
+
+extern "C" __global__ void crc32_verify(
+    const u64* __restrict__ ptrs, const u64* __restrict__ sizes,
+    const long long* __restrict__ stored, const int n, int* __restrict__ status)
+{
+    __shared__ u32 table[256];
+    __shared__ u32 parts[256];
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+        u32 c = (u32)i;
+        for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+        table[i] = c;
+    }
+    __syncthreads();
+    const int t = blockIdx.x;
+    if (t >= n) return;
+    const u8* p = (const u8*)ptrs[t];
+    const unsigned long long size = sizes[t];
+    const unsigned long long slice = (size + blockDim.x - 1) / blockDim.x;
+    const unsigned long long lo = min(size, slice * threadIdx.x);
+    const unsigned long long hi = min(size, lo + slice);
+    u32 c = 0xFFFFFFFFu;
+    for (unsigned long long i = lo; i < hi; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    parts[threadIdx.x] = c ^ 0xFFFFFFFFu;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const u32 whole = crc_shift(slice);
+        u32 crc = parts[0];
+        for (unsigned i = 1; i < blockDim.x; ++i) {
+            const unsigned long long len = min(size, slice * (i + 1)) - min(size, slice * i);
+            if (len) crc = crc_multmodp(len == slice ? whole : crc_shift(len), crc) ^ parts[i];
+        }
+        status[t] = (long long)crc == stored[t] ? 0 : 1;
+    }
+}
+
+/* Adler-32 (zlib's) of each decoded stream, one block per stream: each thread sums its
+   slice, thread 0 weighs the slices by their place. status as crc32_verify. */
+extern "C" __global__ void adler32_verify(
+    const u64* __restrict__ ptrs, const u64* __restrict__ sizes,
+    const long long* __restrict__ stored, const int n, int* __restrict__ status)
+{
+    __shared__ unsigned long long s1s[256], s2s[256];
+    const unsigned long long M = 65521;
+    const int t = blockIdx.x;
+    if (t >= n) return;
+    const u8* p = (const u8*)ptrs[t];
+    const unsigned long long size = sizes[t];
+    const unsigned long long slice = (size + blockDim.x - 1) / blockDim.x;
+    const unsigned long long lo = min(size, slice * threadIdx.x);
+    const unsigned long long hi = min(size, lo + slice);
+    unsigned long long s1 = 0, s2 = 0;
+    for (unsigned long long i = lo; i < hi; ++i) {   /* s2: sum of (hi - i) * d_i */
+        s1 += p[i];
+        s2 += s1;
+        if (((i - lo) & 4095) == 4095) { s1 %= M; s2 %= M; }
+    }
+    s1s[threadIdx.x] = s1 % M;
+    s2s[threadIdx.x] = s2 % M;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long a = 1, b = size % M;
+        for (unsigned i = 0; i < blockDim.x; ++i) {
+            const unsigned long long o = min(size, slice * i);
+            const unsigned long long len = min(size, o + slice) - o;
+            a = (a + s1s[i]) % M;
+            b = (b + s2s[i] + ((size - o - len) % M) * s1s[i]) % M;
+        }
+        status[t] = (long long)((b << 16) | a) == stored[t] ? 0 : 1;
+    }
+}
+
 /* Assemble decoded chunks into the output: one job per chunk (blockIdx.y), N-D strided copy.
    Job row (int64): src address, dst address, shape[6], src strides[6], dst strides[6]
    (strides in units of T; dst strides may be negative for reversed views). A block of
@@ -402,6 +667,26 @@ LZ4_STATUS = {
     -5: "LZ4 block decodes to another size than its Blosc header declares",
     -6: "LZ4 match offset outside the decoded bytes",
     -7: "LZ4 match runs into the block's last five bytes or past its end",
+}
+
+
+# status -> meaning, written by deflate_check
+DEFLATE_STATUS = {
+    -1: "Deflate block of the reserved type",
+    -2: "Deflate stream truncated",
+    -3: "Deflate block with too many length or distance codes",
+    -4: "Deflate code-length code incomplete or over-subscribed",
+    -5: "Deflate repeat with no length to repeat",
+    -6: "Deflate code lengths run past their count",
+    -7: "Deflate literal/length code incomplete or over-subscribed",
+    -8: "Deflate distance code incomplete or over-subscribed",
+    -9: "Deflate block without an end-of-block code",
+    -10: "Deflate code not in its table",
+    -11: "Deflate distance past the start of the output",
+    -12: "Deflate stored block length does not match its complement",
+    -13: "bytes after the last Deflate block",
+    -14: "Deflate stream decodes to another size than the chunk's",
+    -20: "Deflate stream decodes to more than the chunk's size",
 }
 
 

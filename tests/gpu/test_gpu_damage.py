@@ -1,6 +1,7 @@
 """The damage matrix: every damaged chunk ends in a clear error, never a hang, a dead CUDA
 context or wrong data for a checksummed frame (zstd), or data other than the CPU codec
-decodes (Blosc and LZ4, whose chunks carry no checksum). Each case runs in its own process
+decodes (Blosc and LZ4, whose chunks carry no checksum; gzip and zlib, whose checksum the
+GPU verifies). Each case runs in its own process
 (a dead CUDA context must not take the test run with it); the processes run a few at a
 time."""
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu import blosc_damage_case
+from tests.gpu import stream_damage_case
 
 pytestmark = pytest.mark.gpu
 
@@ -39,13 +40,15 @@ REPORT = os.environ.get("LINUMPY_GPU_DAMAGE_REPORT")
 MATRIX = [(c, True) for c in CASES] + [(c, False) for c in CASES if c != "checksum-byte"]
 
 
-STREAM_MATRIX = [(c, case) for c in ("lz4", "zstd") for case in blosc_damage_case.CASES] + [
-    ("numcodecs-lz4", case) for case in blosc_damage_case.LZ4_CASES
-]
+STREAM_MATRIX = (
+    [(c, case) for c in ("lz4", "zstd") for case in stream_damage_case.CASES]
+    + [("numcodecs-lz4", case) for case in stream_damage_case.LZ4_CASES]
+    + [(c, case) for c in ("gzip", "zlib") for case in stream_damage_case.DEFLATE_CASES]
+)
 # every case in its own process, several processes at once (each spends most of its time
 # starting CUDA): (module, arguments) -> (return code, stderr, result or None)
 _ALL_CASES = [("tests.gpu.damage_case", [c, "1" if k else "0"]) for c, k in MATRIX] + [
-    ("tests.gpu.blosc_damage_case", [c, case]) for c, case in STREAM_MATRIX
+    ("tests.gpu.stream_damage_case", [c, case]) for c, case in STREAM_MATRIX
 ]
 TIMEOUT_S = 120
 
@@ -104,8 +107,8 @@ def test_damaged_chunk(case_results, case, checksum):
 
 
 @pytest.mark.parametrize(("cname", "case"), STREAM_MATRIX)
-def test_damaged_blosc_or_lz4_chunk(case_results, cname, case):
-    result = result_of(case_results, "tests.gpu.blosc_damage_case", [cname, case])
+def test_damaged_blosc_lz4_gzip_or_zlib_chunk(case_results, cname, case):
+    result = result_of(case_results, "tests.gpu.stream_damage_case", [cname, case])
     assert result["gpu_usable_after"], result
     assert "WRONG DATA" not in result["gpu"], result
     assert "WRONG DATA" not in result["zarr_context"], result

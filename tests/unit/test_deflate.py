@@ -81,3 +81,45 @@ def test_damage_is_refused_by_the_fast_path():
     ):
         wrapper = name.split()[0]
         assert deflate._decode_libdeflate(CASES[name], len(RAW), wrapper) is None, name
+
+
+def _gzip_with_header_fields() -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="chunk.bin", mode="wb", fileobj=buf, mtime=0) as f:
+        f.write(RAW)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["gzip", "gzip with a file name", "zlib"])
+def test_stream_layout_finds_the_deflate_stream_and_its_checksum(kind):
+    data = {"gzip": GZ, "gzip with a file name": _gzip_with_header_fields(), "zlib": ZL}[kind]
+    wrapper = kind.split()[0]
+    layout = deflate.stream_layout([data], len(RAW), wrapper)
+    assert layout.elsewhere == {}
+    start, stored = int(layout.start[0]), int(layout.stored[0])
+    raw_stream = data[start : start + stored]
+    assert zlib.decompress(raw_stream, -15) == RAW  # exactly the raw Deflate stream
+    expected = zlib.crc32(RAW) if wrapper == "gzip" else zlib.adler32(RAW)
+    assert int(layout.checksum[0]) == expected
+    assert layout.codec == [wrapper] and int(layout.decoded[0]) == len(RAW)
+
+
+def test_stream_layout_leaves_odd_chunks_to_the_cpu():
+    header_crc = bytearray(GZ)
+    header_crc[3] |= 0x02
+    wrong_size = bytearray(GZ)
+    wrong_size[-4:] = (len(RAW) + 1).to_bytes(4, "little")
+    dictionary = bytearray(ZL)
+    dictionary[1] |= 0x20
+    cases = {
+        "gzip": [bytes(header_crc), bytes(wrong_size), b"", GZ[:12], b"\x1f\x8b\x09" + GZ[3:]],
+        "zlib": [bytes(dictionary), b"\x78", ZL[:1] + b"\x00" + ZL[2:]],
+    }
+    for wrapper, chunks in cases.items():
+        layout = deflate.stream_layout(
+            [*chunks, GZ if wrapper == "gzip" else ZL], len(RAW), wrapper
+        )
+        assert sorted(layout.elsewhere) == list(range(len(chunks))), wrapper
+        assert layout.frame.tolist() == [len(chunks)] and layout.checksum.size == 1
