@@ -47,6 +47,8 @@ def damage(frame: bytes, case: str, expected_size: int) -> bytes:
         b[hdr + 3 + (len(b) - hdr) // 2] ^= 0x5A
     elif case == "checksum-byte":
         b[-1] ^= 0xFF
+    elif case == "last-block-byte":  # the last byte of the last block's bitstream
+        b[-5 if (frame[4] >> 2) & 1 else -1] ^= 0xFF
     elif case == "zero-length":
         return b""
     elif case == "garbage":

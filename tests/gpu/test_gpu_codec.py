@@ -262,9 +262,9 @@ def test_fused_codec_pipeline_is_supported_on_gpu(tmp_path, cp):
 
     original = zstd_codec.decode_frames
 
-    def spy(frames, nbytes, what):
+    def spy(frames, nbytes, *args):
         calls.append(len(frames))
-        return original(frames, nbytes, what)
+        return original(frames, nbytes, *args)
 
     zstd_codec.decode_frames = spy
     try:
@@ -354,17 +354,24 @@ def test_codec_paths_work_from_ordinary_memory_past_the_side_pinned_budget(cp, m
 def test_context_decodes_blosc_lz4_and_gzip_on_nvcomp(tmp_path, cp, variant, monkeypatch):
     from linumpy_gpu.gpu.nvcomp import streams
 
-    calls = []
-    original = streams.decode_frames
+    calls, refusals = [], []
+    original, refusing = streams.decode_frames, streams._decode_streams
 
     def counting(codec, frames, nbytes, layout, cpu_decode, *args, **kwargs):
         def no_cpu(chunks):
-            raise AssertionError(f"{len(chunks)} chunk(s) sent to the CPU")
+            raise AssertionError(f"{len(chunks)} chunk(s) sent to the CPU: {refusals}")
 
         calls.append(len(frames))
+        refusals.append(layout.elsewhere)
         return original(codec, frames, nbytes, layout, no_cpu, *args, **kwargs)
 
+    def recording(*args, **kwargs):
+        refused = refusing(*args, **kwargs)
+        refusals.append(dict(refused))
+        return refused
+
     monkeypatch.setattr(streams, "decode_frames", counting)
+    monkeypatch.setattr(streams, "_decode_streams", recording)
     data = volume()
     write_zarr_variant(tmp_path / "a.zarr", variant, data)
     expected = zarr.open_array(str(tmp_path / "a.zarr"), mode="r")[...]

@@ -26,6 +26,7 @@ CASES = [
     "header-byte",
     "block-header-byte",
     "payload-byte",
+    "last-block-byte",
     "checksum-byte",
     "zero-length",
     "garbage",
