@@ -18,23 +18,15 @@ from typing import Any
 import numpy as np
 
 from linumpy_gpu.codecs import blosc, crc32c, deflate, lz4, zstd
-from linumpy_gpu.codecs.layout import StreamLayout
 from linumpy_gpu.errors import CodecError
 
 __all__ = [
-    "STREAM_CODECS",
     "ByteCodec",
     "CodecError",
     "decode_chain",
     "from_numcodecs",
     "from_v3_codec",
-    "stream_layout",
 ]
-
-# codecs whose chunks a StreamLayout describes (decoded on the GPU stream by stream)
-STREAM_CODECS = ("blosc", "lz4", "gzip", "zlib")
-# inner codecs of Blosc with a GPU decoder
-GPU_BLOSC_INNER = ("lz4", "zstd")
 
 # codec name -> bounded CPU decoder (data, limit, config) -> bytes-like
 _BOUNDED: dict[str, Callable[[memoryview, int, dict[str, Any]], Any]] = {
@@ -133,13 +125,3 @@ def from_numcodecs(codec: Any) -> ByteCodec:
         # frames themselves say whether they carry one
         config = {k: v for k, v in config.items() if k != "checksum"}
     return ByteCodec(cid, config, codec)
-
-
-def stream_layout(name: str, frames: list[Any], nbytes: int) -> StreamLayout:
-    """The streams and blocks of chunks of codec ``name`` (one of :data:`STREAM_CODECS`)
-    that each decode to ``nbytes``, read from their headers."""
-    if name == "blosc":
-        return blosc.stream_layout(frames, nbytes, GPU_BLOSC_INNER)
-    if name == "lz4":
-        return lz4.stream_layout(frames, nbytes)
-    return deflate.stream_layout(frames, nbytes, name)

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from linumpy_gpu.codecs.layout import COPY, ChunkStreams, StreamLayout
 from linumpy_gpu.errors import CodecError
 
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
@@ -133,63 +132,3 @@ def _decode_libdeflate(data: Any, limit: int, wrapper: str) -> memoryview | None
         if wrapper == "zlib" and in_pos != src.size:
             return None  # bytes after the stream
     return out[:out_pos].data
-
-
-# gzip header flags (RFC 1952)
-_FHCRC, _FEXTRA, _FNAME, _FCOMMENT, _RESERVED = 0x02, 0x04, 0x08, 0x10, 0xE0
-
-
-def _gzip_bounds(buf: np.ndarray, nbytes: int) -> tuple[int, int, int]:
-    """(start, end, CRC-32) of the Deflate stream of a one-member gzip chunk."""
-    n = buf.size
-    if n < 18 or buf[0] != 0x1F or buf[1] != 0x8B or buf[2] != 8:
-        raise CodecError("gzip: not a gzip member")
-    flags = int(buf[3])
-    if flags & (_RESERVED | _FHCRC):
-        raise CodecError(f"gzip: header flags {flags:#x}")
-    pos = 10
-    if flags & _FEXTRA:
-        if pos + 2 > n:
-            raise CodecError("gzip: truncated header")
-        pos += 2 + int(buf[pos]) + (int(buf[pos + 1]) << 8)
-    for flag in (_FNAME, _FCOMMENT):
-        if flags & flag:
-            zero = np.flatnonzero(buf[pos : n - 8] == 0)
-            if zero.size == 0:
-                raise CodecError("gzip: truncated header")
-            pos += int(zero[0]) + 1
-    if pos > n - 8:
-        raise CodecError("gzip: truncated header")
-    crc, size = (int.from_bytes(buf[k : k + 4].tobytes(), "little") for k in (n - 8, n - 4))
-    if size != nbytes % (1 << 32):
-        raise CodecError(f"gzip: the trailer says {size} bytes, the chunk holds {nbytes}")
-    return pos, n - 8, crc
-
-
-def _zlib_bounds(buf: np.ndarray) -> tuple[int, int, int]:
-    """(start, end, Adler-32) of the Deflate stream of a zlib chunk."""
-    n = buf.size
-    if n < 7:
-        raise CodecError("zlib: shorter than a zlib stream")
-    cmf, flg = int(buf[0]), int(buf[1])
-    if cmf & 0x0F != 8 or cmf >> 4 > 7 or (cmf * 256 + flg) % 31 or flg & 0x20:
-        raise CodecError("zlib: header")
-    return 2, n - 4, int.from_bytes(buf[n - 4 :].tobytes(), "big")
-
-
-def stream_layout(frames: list[Any], nbytes: int, wrapper: str) -> StreamLayout:
-    """Each gzip or zlib chunk one Deflate stream between its header and its trailer; the
-    trailer's checksum is kept to verify the decoded bytes. Chunks of several gzip members
-    or with a header checksum are left to the CPU."""
-    sums: list[int] = []
-
-    def describe(buf: np.ndarray) -> ChunkStreams:
-        start, end, check = _gzip_bounds(buf, nbytes) if wrapper == "gzip" else _zlib_bounds(buf)
-        sums.append(check)
-        one = np.ones(1, dtype=np.int64)
-        streams = (start * one, (end - start) * one, nbytes * one, np.zeros(1, bool), wrapper)
-        return streams, (0 * one, np.zeros(1, bool), 0 * one, nbytes * one, one, COPY * one)
-
-    layout = StreamLayout.of_frames(frames, describe)
-    layout.checksum = np.asarray(sums, dtype=np.int64)
-    return layout

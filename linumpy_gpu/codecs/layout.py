@@ -49,9 +49,6 @@ class StreamLayout:
     block_typesize: np.ndarray
     block_mode: np.ndarray
     elsewhere: dict[int, str] = field(default_factory=dict)
-    # per stream, the checksum of its decoded bytes that the chunk stores (CRC-32 for gzip
-    # streams, Adler-32 for zlib streams), or -1
-    checksum: np.ndarray | None = None
 
     @classmethod
     def of_frames(

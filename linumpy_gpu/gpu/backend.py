@@ -14,7 +14,7 @@ import numpy as np
 from linumpy_gpu import config
 from linumpy_gpu.backends.base import PLACED, Backend, BatchMemory, ChunkSink, EncodedChunk
 from linumpy_gpu.backends.cpu import CpuBackend
-from linumpy_gpu.codecs import STREAM_CODECS, crc32c, stream_layout
+from linumpy_gpu.codecs import blosc, crc32c, lz4
 from linumpy_gpu.config import Settings
 from linumpy_gpu.core.layout import ChunkFormat
 from linumpy_gpu.core.plan import ChunkPlan
@@ -30,7 +30,7 @@ from linumpy_gpu.gpu.host_decode import default_threads, host_decoder
 from linumpy_gpu.gpu.kernels import kernel
 from linumpy_gpu.gpu.kvikio_source import KvikioFileSource, kvikio_available
 from linumpy_gpu.gpu.nvcomp import streams as stream_decoder
-from linumpy_gpu.gpu.nvcomp.lib import api_for, zstd_api
+from linumpy_gpu.gpu.nvcomp.lib import lz4_api, zstd_api
 from linumpy_gpu.gpu.nvcomp.zstd import (
     SLOT_ALIGN,
     DecodedBatch,
@@ -73,10 +73,9 @@ def gpu_decodable(fmt: ChunkFormat) -> bool:
 
 
 def streams_on_gpu(fmt: ChunkFormat) -> bool:
-    """True when the chain is one of Blosc, LZ4, gzip or zlib: their LZ4, zstd and Deflate
-    streams are decoded by nvCOMP (Blosc's other inner codecs by the CPU Blosc, chunk by
-    chunk on all cores)."""
-    return len(fmt.codecs) == 1 and fmt.codecs[0].name in STREAM_CODECS
+    """True when the chain is Blosc or LZ4 alone: their LZ4 and zstd streams are decoded by
+    nvCOMP (Blosc's other inner codecs by the CPU Blosc, chunk by chunk on all cores)."""
+    return [c.name for c in fmt.codecs] in (["blosc"], ["lz4"])
 
 
 class GpuBackend(Backend, BatchMemory):
@@ -186,12 +185,11 @@ class GpuBackend(Backend, BatchMemory):
         stride = round_up(fmt.nbytes, SLOT_ALIGN)
         if fmt.codecs and streams_on_gpu(fmt):
             # the chunks' slots where not placed directly, their stored bytes, their decoded
-            # streams, and nvCOMP's workspace
+            # streams, and nvCOMP's workspace (LZ4's: small)
             stored = n * (
                 round_up(int(fmt.nbytes * stored_fraction * 1.1), SLOT_ALIGN) + SLOT_ALIGN
             )
-            name = "lz4" if fmt.codecs[0].name in ("blosc", "lz4") else "gzip"
-            temp = api_for(name).decompress_temp_bytes(n, fmt.nbytes, n * fmt.nbytes, 0)
+            temp = lz4_api().decompress_temp_bytes(n, fmt.nbytes, n * fmt.nbytes, 0)
             return (
                 (n - n_direct) * stride,
                 stored + (1 << 20),
@@ -519,7 +517,10 @@ class GpuBackend(Backend, BatchMemory):
             return [d.reason if isinstance(d, ChunkDecodeError) else d for d in decoded]
 
         frames = [data for _, data in chunks]
-        layout = stream_layout(fmt.codecs[0].name, frames, fmt.nbytes)
+        if fmt.codecs[0].name == "lz4":
+            layout = lz4.stream_layout(frames, fmt.nbytes)
+        else:
+            layout = blosc.stream_layout(frames, fmt.nbytes, stream_decoder.GPU_INNER)
         batch = stream_decoder.decode_frames(
             codec_for_current_device(),
             frames,

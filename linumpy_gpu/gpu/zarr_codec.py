@@ -1,11 +1,10 @@
-"""``NvcompZstdCodec``, ``NvcompBloscCodec`` and ``NvcompGzipCodec``: zarr's ``zstd``,
-``blosc`` and ``gzip`` codecs, decoded on the GPU in batches (zstd also encoded there).
+"""``NvcompZstdCodec`` and ``NvcompBloscCodec``: zarr's ``zstd`` and ``blosc`` codecs,
+decoded on the GPU in batches (zstd also encoded there).
 
-Drop-ins for zarr's :class:`~zarr.codecs.ZstdCodec`, :class:`~zarr.codecs.BloscCodec` and
-:class:`~zarr.codecs.GzipCodec`: same JSON, same validation (inherited), output readable by
-any reader. Blosc and gzip chunks decode through :mod:`linumpy_gpu.gpu.nvcomp.streams`
-(Blosc's LZ4 and zstd inner codecs and Deflate on nvCOMP, others on the CPU) and encode on
-the CPU. Batches
+Drop-ins for :class:`zarr.codecs.ZstdCodec` and :class:`zarr.codecs.BloscCodec`: same JSON,
+same validation (inherited), output readable by any zstd / Blosc. Blosc frames decode
+through :mod:`linumpy_gpu.gpu.nvcomp.streams` (LZ4 and zstd inner codecs on nvCOMP, others
+on the CPU Blosc) and encode with the CPU Blosc. Batches
 arrive through zarr's batched ``decode``/``encode`` (set ``codec_pipeline.batch_size`` large,
 as :func:`gpu_zarr_context` does); the synchronous ``_decode_sync``/``_encode_sync`` used by
 zarr 3.3+'s ``FusedCodecPipeline`` run on the GPU too, one chunk at a time, never silently
@@ -27,18 +26,17 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
+from zarr.codecs import BloscCodec, ZstdCodec
 
-from linumpy_gpu.codecs import ByteCodec, decode_chain, stream_layout
+from linumpy_gpu.codecs import ByteCodec, blosc, decode_chain, lz4
 from linumpy_gpu.errors import ChunkDecodeError, CodecError
 from linumpy_gpu.gpu.nvcomp import streams
 from linumpy_gpu.gpu.nvcomp.zstd import SLOT_ALIGN, codec_for_current_device, round_up
 
 QUALNAME = "linumpy_gpu.gpu.zarr_codec.NvcompZstdCodec"
 BLOSC_QUALNAME = "linumpy_gpu.gpu.zarr_codec.NvcompBloscCodec"
-GZIP_QUALNAME = "linumpy_gpu.gpu.zarr_codec.NvcompGzipCodec"
 # codecs decode_frames takes (numcodecs / zarr ids)
-GPU_CODECS = ("zstd", "blosc", "lz4", "gzip", "zlib")
+GPU_CODECS = ("zstd", "blosc", "lz4")
 
 
 def _is_device(a: Any) -> bool:
@@ -78,7 +76,10 @@ def decode_frames(frames: list[Any], nbytes: int, what: str, codec_id: str = "zs
 
 
 def _decode_streams(codec: Any, host: list[Any], nbytes: int, codec_id: str) -> Any:
-    layout = stream_layout(codec_id, host, nbytes)
+    if codec_id == "lz4":
+        layout = lz4.stream_layout(host, nbytes)
+    else:
+        layout = blosc.stream_layout(host, nbytes, streams.GPU_INNER)
     chain = [ByteCodec(codec_id)]
 
     def on_cpu(frames: list[bytes]) -> list[Any]:
@@ -143,13 +144,6 @@ class NvcompBloscCodec(_GpuDecode, BloscCodec):
     codec_id = "blosc"
 
 
-class NvcompGzipCodec(_GpuDecode, GzipCodec):
-    """zarr's gzip codec with nvCOMP batched decode on the current cupy device (encode:
-    zlib on the CPU)."""
-
-    codec_id = "gzip"
-
-
 class NvcompZstdCodec(_GpuDecode, ZstdCodec):
     """zarr's zstd codec with nvCOMP batched decode/encode on the current cupy device."""
 
@@ -203,7 +197,6 @@ def register_nvcomp_zstd() -> bool:
 
     register_codec("zstd", NvcompZstdCodec, qualname=QUALNAME)
     register_codec("blosc", NvcompBloscCodec, qualname=BLOSC_QUALNAME)
-    register_codec("gzip", NvcompGzipCodec, qualname=GZIP_QUALNAME)
     _registered = True
     return True
 
@@ -219,7 +212,6 @@ def gpu_zstd_config(batch_size: int = 1024, concurrency: int = 64) -> dict[str, 
         "ndbuffer": "zarr.buffer.gpu.NDBuffer",
         "codecs.zstd": QUALNAME,
         "codecs.blosc": BLOSC_QUALNAME,
-        "codecs.gzip": GZIP_QUALNAME,
         "codec_pipeline.batch_size": int(batch_size),
         "async.concurrency": int(concurrency),
     }

@@ -1,7 +1,6 @@
 """The damage matrix: every damaged chunk ends in a clear error, never a hang, a dead CUDA
 context or wrong data for a checksummed frame (zstd), or data other than the CPU codec
-decodes (Blosc and LZ4, whose chunks carry no checksum; gzip and zlib, whose checksum the
-GPU verifies). Each case runs in its own process
+decodes (Blosc and LZ4, whose chunks carry no checksum). Each case runs in its own process
 (a dead CUDA context must not take the test run with it); the processes run a few at a
 time."""
 
@@ -39,13 +38,22 @@ REPORT = os.environ.get("LINUMPY_GPU_DAMAGE_REPORT")
 
 # A frame without a checksum has no checksum byte to damage.
 MATRIX = [(c, True) for c in CASES] + [(c, False) for c in CASES if c != "checksum-byte"]
+STREAM_MATRIX = [(c, case) for c in ("lz4", "zstd") for case in stream_damage_case.CASES] + [
+    ("numcodecs-lz4", case) for case in stream_damage_case.LZ4_CASES
+]
 
-
-STREAM_MATRIX = (
-    [(c, case) for c in ("lz4", "zstd") for case in stream_damage_case.CASES]
-    + [("numcodecs-lz4", case) for case in stream_damage_case.LZ4_CASES]
-    + [(c, case) for c in ("gzip", "zlib") for case in stream_damage_case.DEFLATE_CASES]
+# Damage inside a zstd block's entropy-coded sequences passes every check made before
+# nvCOMP (frame and block headers, sizes); nvCOMP then hangs or kills the CUDA context.
+# Documented in docs/gpu.md ("Damaged chunks"); strict, so a fix shows up as a pass.
+NVCOMP_ZSTD_HOLE = pytest.mark.xfail(
+    strict=True, reason="nvCOMP zstd on a damaged sequence bitstream: known limitation"
 )
+
+
+def _marked(params: list[tuple], holes: set[tuple]) -> list:
+    return [pytest.param(*p, marks=NVCOMP_ZSTD_HOLE) if p in holes else p for p in params]
+
+
 # every case in its own process, several processes at once (each spends most of its time
 # starting CUDA): (module, arguments) -> (return code, stderr, result or None)
 _ALL_CASES = [("tests.gpu.damage_case", [c, "1" if k else "0"]) for c, k in MATRIX] + [
@@ -95,7 +103,9 @@ def result_of(case_results: dict, module: str, args: list[str]) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("case", "checksum"), MATRIX, ids=[f"{c}-{'checksum' if k else 'plain'}" for c, k in MATRIX]
+    ("case", "checksum"),
+    _marked(MATRIX, {("last-block-byte", True), ("last-block-byte", False)}),
+    ids=[f"{c}-{'checksum' if k else 'plain'}" for c, k in MATRIX],
 )
 def test_damaged_chunk(case_results, case, checksum):
     result = result_of(case_results, "tests.gpu.damage_case", [case, "1" if checksum else "0"])
@@ -107,8 +117,8 @@ def test_damaged_chunk(case_results, case, checksum):
         assert result["zarr_context"].startswith("ChunkDecodeError"), result
 
 
-@pytest.mark.parametrize(("cname", "case"), STREAM_MATRIX)
-def test_damaged_blosc_lz4_gzip_or_zlib_chunk(case_results, cname, case):
+@pytest.mark.parametrize(("cname", "case"), _marked(STREAM_MATRIX, {("zstd", "end")}))
+def test_damaged_blosc_or_lz4_chunk(case_results, cname, case):
     result = result_of(case_results, "tests.gpu.stream_damage_case", [cname, case])
     assert result["gpu_usable_after"], result
     assert "WRONG DATA" not in result["gpu"], result

@@ -1,14 +1,13 @@
-"""Blosc, LZ4, gzip and zlib on the GPU: stores as zarr-python, numcodecs, ome-zarr-py and
-tensorstore write them (zarr v2 and v3; Blosc with inner lz4, lz4hc and zstd, every
-shuffle, type sizes 1 to 8; sharded) read equal to the data with every chunk decoded by
-nvCOMP; Blosc's other inner codecs read equal through the CPU Blosc."""
+"""Blosc on the GPU: stores as zarr-python and numcodecs write them (zarr v2 and v3, inner
+lz4, lz4hc and zstd, every shuffle, type sizes 1 to 8, sharded) read equal to the data with
+every chunk decoded by nvCOMP; other inner codecs read equal through the CPU Blosc."""
 
 from __future__ import annotations
 
 import numcodecs
 import numpy as np
 import pytest
-from zarr.codecs import BloscCodec, GzipCodec
+from zarr.codecs import BloscCodec
 
 import linumpy_gpu as lg
 from tests.helpers.zarr_images import write_image_with_zarr
@@ -272,59 +271,3 @@ def _add_ome_metadata(path, zarr_format):
             "attributes": {"ome": {"version": "0.5", "multiscales": [multiscale]}},
         }
         (path / "zarr.json").write_text(json.dumps(group))
-
-
-@pytest.mark.parametrize("shards", [None, (32, 64, 100)])
-def test_v3_gzip_reads_on_nvcomp(tmp_path, cp, shards):
-    data = image("u2", seed=8)
-    write_image_with_zarr(
-        tmp_path / "a.zarr",
-        data,
-        zarr_format=3,
-        chunks=(16, 32, 50),
-        shards=shards,
-        compressors=GzipCodec(level=5),
-    )
-    img, cpu = gpu_reader(tmp_path / "a.zarr")
-    np.testing.assert_array_equal(img[0][...].get(), data)
-    np.testing.assert_array_equal(img[0][1:30, 5:77, 9:88].get(), data[1:30, 5:77, 9:88])
-    assert cpu.chunks == 0
-
-
-@pytest.mark.parametrize("codec", [numcodecs.GZip(level=1), numcodecs.Zlib(level=9)])
-def test_v2_gzip_and_zlib_read_on_nvcomp(tmp_path, cp, codec):
-    data = image("f4", seed=9)
-    write_image_with_zarr(
-        tmp_path / "a.zarr", data, zarr_format=2, chunks=(16, 32, 64), compressors=codec
-    )
-    img, cpu = gpu_reader(tmp_path / "a.zarr")
-    np.testing.assert_array_equal(img[0][...].get(), data)
-    assert cpu.chunks == 0
-
-
-def test_tensorstore_gzip_array_reads_on_nvcomp(tmp_path, cp):
-    ts = pytest.importorskip("tensorstore")
-    data = image("u2", seed=10)
-    path = tmp_path / "a.zarr"
-    codecs = [
-        {"name": "bytes", "configuration": {"endian": "little"}},
-        {"name": "gzip", "configuration": {"level": 6}},
-    ]
-    metadata = {
-        "shape": list(SHAPE),
-        "data_type": "uint16",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [16, 32, 64]}},
-        "codecs": codecs,
-        "fill_value": 0,
-    }
-    spec = {
-        "driver": "zarr3",
-        "kvstore": {"driver": "file", "path": str(path / "0")},
-        "metadata": metadata,
-        "create": True,
-    }
-    ts.open(spec).result()[...] = data
-    _add_ome_metadata(path, zarr_format=3)
-    img, cpu = gpu_reader(path)
-    np.testing.assert_array_equal(img[0][...].get(), data)
-    assert cpu.chunks == 0

@@ -282,18 +282,3 @@ def lz4_api() -> BatchedApi:
 def nvcomp_version() -> str:
     """The loaded nvCOMP's version, as ``major.minor.patch``."""
     return ".".join(map(str, zstd_api().version))
-
-
-@lru_cache(maxsize=1)
-def deflate_api() -> BatchedApi:
-    """nvCOMP's batched raw Deflate decoder."""
-    return BatchedApi(load_libnvcomp(), "Deflate")
-
-
-def api_for(name: str) -> BatchedApi:
-    """The nvCOMP decoder of streams of codec ``name`` (zstd, lz4, gzip or zlib)."""
-    if name == "zstd":
-        return zstd_api()
-    if name == "lz4":
-        return lz4_api()
-    return deflate_api()

@@ -1,18 +1,16 @@
-"""Chunks made of compressed streams (Blosc frames, numcodecs LZ4 chunks, gzip and zlib
-chunks) decoded on the GPU: every stream of a batch in one nvCOMP call per inner codec,
-then every block built (copied, or unshuffled) by one kernel, straight into its place.
+"""Chunks made of compressed streams (Blosc frames, numcodecs LZ4 chunks) decoded on the
+GPU: every stream of a batch in one nvCOMP call per inner codec, then every block built
+(copied, or unshuffled) by one kernel, straight into its place.
 
 Decode of one batch:
   1. the host reads the chunks' headers and stream tables (a
      :class:`~linumpy_gpu.codecs.layout.StreamLayout`, no device round trip), checking every
      offset and size against its chunk;
   2. the frames go to the device in one copy (per staging arena);
-  3. ``lz4_block_check`` walks every LZ4 stream, ``zstd_frame_check`` every zstd stream and
-     ``deflate_check`` every Deflate stream: a chunk with a stream they refuse is not given
-     to nvCOMP;
-  4. nvCOMP decodes the remaining streams (LZ4, zstd and Deflate batches) into a scratch
-     buffer and reports a status and size per stream; the decoded bytes of gzip and zlib
-     streams are checked against the CRC-32 or Adler-32 their chunk stores;
+  3. ``lz4_block_check`` walks every LZ4 stream and ``zstd_frame_check`` every zstd stream:
+     a chunk with a stream either refuses is not given to nvCOMP;
+  4. nvCOMP decodes the remaining streams (LZ4 and zstd batches) into a scratch buffer and
+     reports a status and size per stream;
   5. ``blosc_unshuffle`` builds each block from its streams (streams stored as they are are
      read where they lie) into the chunk's output;
   6. chunks refused anywhere (another inner codec, a damaged chunk) are decoded by the CPU
@@ -29,8 +27,8 @@ import numpy as np
 
 from linumpy_gpu.codecs.layout import StreamLayout
 from linumpy_gpu.core.placement import SLOT_ALIGN
-from linumpy_gpu.gpu.kernels import DEFLATE_STATUS, FRAME_STATUS, LZ4_STATUS, kernel
-from linumpy_gpu.gpu.nvcomp.lib import api_for
+from linumpy_gpu.gpu.kernels import FRAME_STATUS, LZ4_STATUS, kernel
+from linumpy_gpu.gpu.nvcomp.lib import lz4_api
 from linumpy_gpu.gpu.nvcomp.zstd import (
     DecodedBatch,
     Workspace,
@@ -39,6 +37,8 @@ from linumpy_gpu.gpu.nvcomp.zstd import (
     round_up,
 )
 
+# inner codecs nvCOMP decodes; others (blosclz, zlib, snappy) go to the CPU
+GPU_INNER = ("lz4", "zstd")
 _THREADS = 128
 _UNSHUFFLE_THREADS = 256
 
@@ -130,12 +130,11 @@ def _decode_streams(
     where = offsets[layout.frame].astype(np.uint64) + layout.start.astype(np.uint64)
     coded = np.flatnonzero(~layout.raw)
     names = np.asarray(layout.codec, dtype=object)
-    kinds = sorted(set(layout.codec))
 
     # 3. every coded stream checked before nvCOMP reads it
     verdicts = np.zeros(n_streams, dtype=np.int32)
     checks = []
-    for name in kinds:
+    for name in GPU_INNER:
         sel = coded[names[coded] == name]
         if sel.size:
             checks.append((sel, _check(codec, name, base, where[sel], layout, sel)))
@@ -159,7 +158,7 @@ def _decode_streams(
     slot[todo] += np.uint64(scratch.data.ptr)
     stream_ptr = np.where(layout.raw, base + where, slot).astype(np.uint64)
     decodes = []
-    for name in kinds:
+    for name in GPU_INNER:
         sel = todo[names[todo] == name]
         if sel.size:
             decodes.append(
@@ -167,22 +166,13 @@ def _decode_streams(
             )
     if release is not None:
         release()  # nvCOMP's reads are queued: the fetch stage may refill the arenas
-    sums = []
-    if layout.checksum is not None:
-        for sel, _ in decodes:
-            sums.append((sel, _verify_checksums(codec, layout, sel, slot[sel])))
-    for sel, status_d in sums:
-        for k in np.flatnonzero(status_d.get(stream=codec.stream)).tolist():
-            frame = int(layout.frame[sel[k]])
-            name = "CRC-32" if layout.codec[sel[k]] == "gzip" else "Adler-32"
-            refused.setdefault(frame, f"{layout.codec[sel[k]]}: {name} mismatch")
     for sel, (status_d, actual_d) in decodes:
         status_h = status_d.get(stream=codec.stream)
         actual_h = actual_d.get(stream=codec.stream)
         wrong = (status_h != 0) | (actual_h != layout.decoded[sel].astype(np.uint64))
         for k in np.flatnonzero(wrong).tolist():
             frame = int(layout.frame[sel[k]])
-            if frame not in refused or refused[frame].endswith("mismatch"):
+            if frame not in refused:
                 refused[frame] = (
                     f"nvCOMP {layout.codec[sel[k]]} reported "
                     f"'{codec.api.status_string(int(status_h[k]))}'"
@@ -234,9 +224,10 @@ def _check(
     grid = ((m + _THREADS - 1) // _THREADS,)
     with codec.stream:
         status = cp.empty(m, dtype=np.int32)
-        if name in ("lz4", "gzip", "zlib"):
-            check = "lz4_block_check" if name == "lz4" else "deflate_check"
-            kernel(check)(grid, (_THREADS,), (d_meta[0], d_meta[1], d_meta[2], np.int32(m), status))
+        if name == "lz4":
+            kernel("lz4_block_check")(
+                grid, (_THREADS,), (d_meta[0], d_meta[1], d_meta[2], np.int32(m), status)
+            )
         else:
             stored = cp.empty(m, dtype=np.uint32)
             kernel("zstd_frame_check")(
@@ -250,8 +241,6 @@ def _check(
 def _check_reason(name: str, status: int) -> str:
     if name == "lz4":
         return LZ4_STATUS.get(status, f"LZ4 check status {status}")
-    if name in ("gzip", "zlib"):
-        return f"{name}: " + DEFLATE_STATUS.get(status, f"Deflate check status {status}")
     if status == 1:
         return "zstd stream with a content checksum"
     return f"zstd stream: {FRAME_STATUS.get(status, (f'frame check status {status}',))[0]}"
@@ -269,7 +258,7 @@ def _nvcomp(
     """Queue nvCOMP's decode of streams ``sel`` (at device addresses ``ptrs``) into ``out``;
     the (status, decoded size) device arrays."""
     cp = codec.cupy
-    api = api_for(name)
+    api = codec.api if name == "zstd" else lz4_api()
     m = int(sel.size)
     align = int(api.decompress_alignments.input)
     if align > 1 and (ptrs % np.uint64(align)).any():
@@ -318,34 +307,3 @@ def _aligned_copy(
             (int(sizes.size),), (_UNSHUFFLE_THREADS,), (d_spans, np.int32(sizes.size))
         )
     return new
-
-
-def _verify_checksums(
-    codec: ZstdBatchCodec, layout: StreamLayout, sel: np.ndarray, out: np.ndarray
-) -> Any:
-    """Queue the check of decoded streams ``sel`` (at ``out``) against the checksums their
-    chunks store; the verdicts' device array (0: equal). Streams without one pass."""
-    assert layout.checksum is not None
-    m = int(sel.size)
-    stored = layout.checksum[sel]
-    crc = np.array([layout.codec[s] == "gzip" for s in sel.tolist()], dtype=bool)
-    with codec.stream:
-        status = codec.cupy.zeros(m, dtype=np.int32)
-    for kind, pick in (("crc32_verify", crc), ("adler32_verify", ~crc)):
-        idx = np.flatnonzero(pick & (stored >= 0))
-        if idx.size == 0:
-            continue
-        meta = np.empty((2, idx.size), dtype=np.uint64)
-        meta[0] = out[idx]
-        meta[1] = layout.decoded[sel[idx]]
-        d_meta = codec._upload(meta)
-        d_stored = codec._upload(stored[idx].astype(np.int64))
-        with codec.stream:
-            part = codec.cupy.empty(int(idx.size), dtype=np.int32)
-            kernel(kind)(
-                (int(idx.size),),
-                (_UNSHUFFLE_THREADS,),
-                (d_meta[0], d_meta[1], d_stored, np.int32(idx.size), part),
-            )
-            status[codec.cupy.asarray(idx)] = part
-    return status
