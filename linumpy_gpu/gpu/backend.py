@@ -14,7 +14,7 @@ import numpy as np
 from linumpy_gpu import config
 from linumpy_gpu.backends.base import PLACED, Backend, BatchMemory, ChunkSink, EncodedChunk
 from linumpy_gpu.backends.cpu import CpuBackend
-from linumpy_gpu.codecs import blosc, crc32c, lz4
+from linumpy_gpu.codecs import blosc, crc32c, decode_chain, lz4
 from linumpy_gpu.config import Settings
 from linumpy_gpu.core.layout import ChunkFormat
 from linumpy_gpu.core.plan import ChunkPlan
@@ -26,7 +26,7 @@ from linumpy_gpu.gpu.copy_jobs import (
     place_jobs,
     widest_unit,
 )
-from linumpy_gpu.gpu.host_decode import default_threads, host_decoder
+from linumpy_gpu.gpu.host_decode import DecodeInto, default_threads, host_decoder
 from linumpy_gpu.gpu.kernels import kernel
 from linumpy_gpu.gpu.kvikio_source import KvikioFileSource, kvikio_available
 from linumpy_gpu.gpu.nvcomp import streams as stream_decoder
@@ -392,10 +392,56 @@ class GpuBackend(Backend, BatchMemory):
                 return self._decode_zstd(chunks, fmt, array, staging, placement)
             if streams_on_gpu(fmt):
                 return self._decode_streams(chunks, fmt, array, staging, placement)
+            if self._host is not None:
+                return self._decode_on_host(chunks, fmt, array, staging, placement)
             decoded = self._cpu.decode(chunks, fmt, array)  # reads the staged bytes
             if staging is not None:
                 staging.release()
             return self._upload_all(decoded)
+
+    def _decode_on_host(
+        self,
+        chunks: Sequence[EncodedChunk],
+        fmt: ChunkFormat,
+        array: str,
+        staging: Any,
+        placement: Any,
+    ) -> list[Any]:
+        """Chunks of a codec nvCOMP lacks, decoded by the host pool straight into pinned
+        buffers and copied to their places unit by unit, while later units decode."""
+        targets, workspace = _placement_targets(placement, len(chunks))
+        if targets is None:
+            targets = np.zeros(len(chunks), dtype=np.uint64)
+        codecs = fmt.codecs
+
+        def decode_into(data: Any, out: np.ndarray) -> str | None:
+            try:
+                out[...] = np.frombuffer(decode_chain(data, codecs, out.size), dtype=np.uint8)
+            except CodecError as exc:
+                return str(exc)
+            return None
+
+        # the workers read the staged bytes in place: the staging goes back once they are done
+        try:
+            submitted = self._submit_host(
+                [data for _, data in chunks], fmt.nbytes, targets, workspace, None, decode_into
+            )
+            if submitted is None:
+                return []
+            batch, units = submitted
+            failures = self._host.wait(units, self._stream(), learn=False)
+        finally:
+            if staging is not None:
+                staging.release()
+        placed = (targets != 0).tolist()
+        return [
+            ChunkDecodeError(array, key, failures[i])
+            if i in failures
+            else PLACED
+            if placed[i]
+            else batch.slot_ref(i)
+            for i, (key, _) in enumerate(chunks)
+        ]
 
     def _decode_zstd(
         self,
@@ -497,20 +543,7 @@ class GpuBackend(Backend, BatchMemory):
         staging: Any,
         placement: Any,
     ) -> list[Any]:
-        targets = None
-        workspace = Workspace()
-        if placement is not None and placement.buffer is not None:
-            base = placement.buffer.data.ptr
-            targets = np.fromiter(
-                (0 if d is None else base + d for d in placement.direct),
-                dtype=np.uint64,
-                count=len(chunks),
-            )
-            if placement.scratch is not None:
-                start, stop = placement.scratch
-                workspace.add(base + start, stop - start, placement.buffer)
-        if placement is not None and placement.spare is not None:
-            workspace.add(placement.spare.data.ptr, placement.spare.nbytes, placement.spare)
+        targets, workspace = _placement_targets(placement, len(chunks))
 
         def on_cpu(frames: list[bytes]) -> list[Any]:
             decoded = self._cpu.decode([("", memoryview(f)) for f in frames], fmt, array)
@@ -551,6 +584,7 @@ class GpuBackend(Backend, BatchMemory):
         targets: np.ndarray,
         workspace: Workspace,
         staging: Any,
+        decode_into: DecodeInto | None = None,
     ) -> tuple[DecodedBatch, Any] | None:
         """Start decoding ``frames`` on host threads into their targets, or into slots taken
         from ``workspace`` where the target is 0."""
@@ -573,7 +607,10 @@ class GpuBackend(Backend, BatchMemory):
         # the workers copy after everything queued so far (earlier batches still reading
         # the memory these slots borrow)
         after = self._stream().record()
-        units = self._host.submit(frames, nbytes, dests, after)
+        if decode_into is None:
+            units = self._host.submit(frames, nbytes, dests, after)
+        else:
+            units = self._host.submit(frames, nbytes, dests, after, decode_into)
         return DecodedBatch(dests, nbytes, owners=owners), units
 
     def _upload_all(self, decoded: list[Any]) -> list[Any]:
@@ -598,6 +635,24 @@ class GpuBackend(Backend, BatchMemory):
             else:
                 out.append(d)
         return out
+
+
+def _placement_targets(placement: Any, n: int) -> tuple[np.ndarray | None, Workspace]:
+    """Per chunk the device address to decode into (0: a scratch slot), or None where the
+    plan places none directly; and the workspace the plan's scratch and spare bytes give."""
+    targets = None
+    workspace = Workspace()
+    if placement is not None and placement.buffer is not None:
+        base = placement.buffer.data.ptr
+        targets = np.fromiter(
+            (0 if d is None else base + d for d in placement.direct), dtype=np.uint64, count=n
+        )
+        if placement.scratch is not None:
+            start, stop = placement.scratch
+            workspace.add(base + start, stop - start, placement.buffer)
+    if placement is not None and placement.spare is not None:
+        workspace.add(placement.spare.data.ptr, placement.spare.nbytes, placement.spare)
+    return targets, workspace
 
 
 def _element_strides(fmt: ChunkFormat) -> list[int]:

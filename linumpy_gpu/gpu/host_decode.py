@@ -1,4 +1,5 @@
-"""zstd chunks of small reads decoded on host cores instead of nvCOMP.
+"""Chunks decoded on host cores into device memory: zstd chunks of small reads (instead of
+nvCOMP), and every chunk of a codec nvCOMP does not decode (gzip, zlib, Blosc's blosclz).
 
 nvCOMP's zstd decodes each chunk on one thread block, so a batch of 4 MiB chunks takes
 30-60 ms however few chunks it holds, while a host core decodes such a chunk in about 9 ms.
@@ -10,7 +11,9 @@ faster for a read size is learned from the reads themselves.
 Each worker thread decodes a unit of chunks into one of its two host buffers (pinned within
 the side budget of :mod:`.pinned`), copies the unit to the device on its own stream
 (after the read's previous GPU work, via an event), and records an event the caller's
-stream waits on before placing the chunks.
+stream waits on before placing the chunks. Chunks of codecs nvCOMP lacks take the same path
+whatever their size, so their decode overlaps the copies to the device and no decoded batch
+is held on the host.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -64,6 +67,10 @@ _SMOOTHING = 0.3
 _SMOOTHING_FASTER = 0.7
 
 
+# decodes a chunk's bytes into ``out`` (uint8, the decoded size): None, or why it cannot
+DecodeInto = Callable[[Any, np.ndarray], "str | None"]
+
+
 @dataclass
 class HostUnits:
     """A batch's host share in flight; :meth:`HostDecoder.wait` collects it."""
@@ -96,14 +103,14 @@ class _WorkerState(threading.local):
 
 
 class HostDecoder:
-    """A pool of host threads decoding zstd frames into device memory, with the rates it
-    has measured (shared by every read on this device)."""
+    """A pool of host threads decoding chunks into device memory, with the rates it has
+    measured on zstd (shared by every read on this device)."""
 
     def __init__(self, device_id: int, threads: int):
         self.device_id = device_id
         self.threads = max(0, threads)
         self._pool = (
-            ThreadPoolExecutor(self.threads, thread_name_prefix="linumpy-host-zstd")
+            ThreadPoolExecutor(self.threads, thread_name_prefix="linumpy-host-decode")
             if self.threads
             else None
         )
@@ -211,10 +218,15 @@ class HostDecoder:
             self._timed[(False, *key)] = self._timed.get((False, *key), 0) + 1
 
     def submit(
-        self, frames: Sequence[Any], nbytes: int, dests: np.ndarray, after: Any
+        self,
+        frames: Sequence[Any],
+        nbytes: int,
+        dests: np.ndarray,
+        after: Any,
+        decode_into: DecodeInto = zstd_decode_into,
     ) -> HostUnits:
-        """Decode ``frames`` on the pool; frame i's ``nbytes`` go to device address
-        ``dests[i]`` once the GPU work recorded in event ``after`` is done."""
+        """Decode ``frames`` on the pool with ``decode_into``; frame i's ``nbytes`` go to
+        device address ``dests[i]`` once the GPU work recorded in event ``after`` is done."""
         assert self._pool is not None, "a decoder of 0 threads decodes nothing"
         started = time.perf_counter()
         stride = -(-nbytes // 256) * 256
@@ -222,17 +234,26 @@ class HostDecoder:
         firsts = list(range(0, len(frames), per_unit))
         futures = [
             self._pool.submit(
-                self._unit, frames[a : a + per_unit], nbytes, stride, dests[a : a + per_unit], after
+                self._unit,
+                frames[a : a + per_unit],
+                nbytes,
+                stride,
+                dests[a : a + per_unit],
+                after,
+                decode_into,
             )
             for a in firsts
         ]
         return HostUnits(futures, firsts, len(frames), nbytes, started)
 
-    def wait(self, units: HostUnits, stream: Any, turn: DecodeTurn | None = None) -> dict[int, str]:
+    def wait(
+        self, units: HostUnits, stream: Any, turn: DecodeTurn | None = None, learn: bool = True
+    ) -> dict[int, str]:
         """Wait for the units; ``stream`` waits (on the GPU) for their copies. Returns the
         failed chunks' reasons by index. Their times are learned unless ``turn`` overlapped
-        another batch's decode; the pool's wall time also not when a worker set itself up
-        for a unit (its stream and pinned buffers: not what later reads pay). A timed read
+        another batch's decode, or ``learn`` is False (codecs other than zstd); the pool's
+        wall time also not when a worker set itself up for a unit (its stream and pinned
+        buffers: not what later reads pay). A timed read
         ends once its copies to the device are done, as an nvCOMP batch's time ends once
         the device has decoded it, so that the two compare."""
         decoded, busy, setting_up, events = 0, 0.0, False, []
@@ -245,7 +266,7 @@ class HostDecoder:
             setting_up |= fresh
             for j, reason in failures.items():
                 units.failures[first + j] = reason
-        if turn is not None and turn.overlapped:
+        if not learn or (turn is not None and turn.overlapped):
             return units.failures
         timed = bool(units.nbytes) and not setting_up
         if timed:
@@ -265,7 +286,13 @@ class HostDecoder:
     # -- worker side --------------------------------------------------------------------
 
     def _unit(
-        self, frames: Sequence[Any], nbytes: int, stride: int, dests: np.ndarray, after: Any
+        self,
+        frames: Sequence[Any],
+        nbytes: int,
+        stride: int,
+        dests: np.ndarray,
+        after: Any,
+        decode_into: DecodeInto,
     ) -> tuple[dict[int, str], Any, float, int, bool]:
         import cupy
 
@@ -287,7 +314,7 @@ class HostDecoder:
             t0 = time.perf_counter()
             failures: dict[int, str] = {}
             for j, frame in enumerate(frames):
-                reason = zstd_decode_into(frame, host[j * stride : j * stride + nbytes])
+                reason = decode_into(frame, host[j * stride : j * stride + nbytes])
                 if reason is not None:
                     failures[j] = reason
             seconds = time.perf_counter() - t0

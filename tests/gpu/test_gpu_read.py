@@ -339,6 +339,28 @@ def test_damaged_chunks_on_host_threads_and_nvcomp_in_one_batch(tmp_path, cp):
         whole_host.read((slice(50, 64),))
 
 
+@pytest.mark.parametrize("host_threads", [0, 2])
+def test_damaged_gzip_chunk_names_its_key_on_the_gpu(tmp_path, cp, host_threads):
+    """Chunks of codecs nvCOMP lacks decode on host threads (or, with none, on the CPU
+    backend); a damaged one is a ChunkDecodeError naming it either way, and "fill" reads
+    past it."""
+    data = volume(shape=(32, 32, 32))
+    write_zarr_variant(tmp_path / "a.zarr", "v3-gzip", data, chunks=(8, 32, 32), missing_fraction=0)
+    path = tmp_path / "a.zarr" / "c" / "2" / "0" / "0"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0x5A
+    path.write_bytes(bytes(raw))
+    reader = gpu_reader(zarr.open_array(str(tmp_path / "a.zarr")), host_threads, None)
+    with pytest.raises(lg.ChunkDecodeError, match="c/2/0/0") as info:
+        reader.read(())
+    assert "gzip" in info.value.reason
+    with pytest.warns(lg.DamagedChunkWarning, match="1 damaged"):
+        got = reader.read((), on_damaged="fill").get()
+    expected = data.copy()
+    expected[16:24] = 7
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_chunks_placed_in_the_widest_unit_their_rows_allow(tmp_path, cp, monkeypatch):
     """Reads whose rows are 16-, 8-, 4-byte aligned, or not at all (strided), place their
     chunks with the matching copy kernel and give the same data; so do blocks that must
