@@ -433,15 +433,7 @@ class GpuBackend(Backend, BatchMemory):
         finally:
             if staging is not None:
                 staging.release()
-        placed = (targets != 0).tolist()
-        return [
-            ChunkDecodeError(array, key, failures[i])
-            if i in failures
-            else PLACED
-            if placed[i]
-            else batch.slot_ref(i)
-            for i, (key, _) in enumerate(chunks)
-        ]
+        return _chunk_results(chunks, array, failures, targets, batch)
 
     def _decode_zstd(
         self,
@@ -564,15 +556,7 @@ class GpuBackend(Backend, BatchMemory):
             targets,
             workspace,
         )
-        placed = [False] * len(chunks) if targets is None else (targets != 0).tolist()
-        return [
-            ChunkDecodeError(array, key, batch.failures[i])
-            if i in batch.failures
-            else PLACED
-            if placed[i]
-            else batch.slot_ref(i)
-            for i, (key, _) in enumerate(chunks)
-        ]
+        return _chunk_results(chunks, array, batch.failures, targets, batch)
 
     def _stream(self) -> Any:
         return self.xp.cuda.get_current_stream()
@@ -635,6 +619,25 @@ class GpuBackend(Backend, BatchMemory):
             else:
                 out.append(d)
         return out
+
+
+def _chunk_results(
+    chunks: Sequence[EncodedChunk],
+    array: str,
+    failures: dict[int, str],
+    targets: np.ndarray | None,
+    batch: DecodedBatch,
+) -> list[Any]:
+    """Per chunk: its error, PLACED where it was decoded into its place, or its slot."""
+    placed = [False] * len(chunks) if targets is None else (targets != 0).tolist()
+    return [
+        ChunkDecodeError(array, key, failures[i])
+        if i in failures
+        else PLACED
+        if placed[i]
+        else batch.slot_ref(i)
+        for i, (key, _) in enumerate(chunks)
+    ]
 
 
 def _placement_targets(placement: Any, n: int) -> tuple[np.ndarray | None, Workspace]:
