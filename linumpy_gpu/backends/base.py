@@ -8,6 +8,7 @@ memory (no bounds, no staging).
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -132,16 +133,18 @@ class Backend(ABC):
 
 class BatchMemory:
     """How a read's batches are bounded and staged, with the rules for host memory: batches
-    of about 256 MiB, no memory bound beyond them, no staging. A device backend with memory
-    of its own overrides these."""
+    of 8 MiB per core (32 to 256 MiB), no memory bound beyond them, no staging. A device
+    backend with memory of its own overrides these."""
 
     # A backend that can decode into the output's memory (in place, or using bytes not yet
     # written as scratch) gets a Placement per batch.
     borrows_output = False
 
     def batch_bytes(self, read_nbytes: int) -> int:
-        """Most decoded bytes per batch for a read of ``read_nbytes``."""
-        return 256 << 20
+        """Most decoded bytes per batch for a read of ``read_nbytes``: two 4 MiB chunks per
+        core keep every core busy, while a read holds only the stored bytes of two batches
+        (one decoding, one fetched) above its output."""
+        return min(256 << 20, max(32 << 20, (os.cpu_count() or 2) * (8 << 20)))
 
     def write_batch_bytes(self) -> int:
         """Decoded bytes a writer gathers and encodes per batch: on the host enough to keep
