@@ -1,5 +1,6 @@
 """Chunks decoded on host cores into device memory: zstd chunks of small reads (instead of
-nvCOMP), and every chunk of a codec nvCOMP does not decode (gzip, zlib, Blosc's blosclz).
+nvCOMP), and every chunk of a codec nvCOMP does not decode (gzip, zlib, other numcodecs
+codecs).
 
 nvCOMP's zstd decodes each chunk on one thread block, so a batch of 4 MiB chunks takes
 30-60 ms however few chunks it holds, while a host core decodes such a chunk in about 9 ms.
