@@ -35,6 +35,9 @@ from linumpy_gpu.gpu.nvcomp.zstd import SLOT_ALIGN, codec_for_current_device, ro
 
 QUALNAME = "linumpy_gpu.gpu.zarr_codec.NvcompZstdCodec"
 BLOSC_QUALNAME = "linumpy_gpu.gpu.zarr_codec.NvcompBloscCodec"
+# stored bytes decoded per nvCOMP call when frames come from host memory: within the
+# pinned budget a codec's packing buffer may grow to (pinned.DEFAULT_BUDGET)
+HOST_PIECE_BYTES = 64 << 20
 # codecs decode_frames takes (numcodecs / zarr ids)
 GPU_CODECS = ("zstd", "blosc", "lz4")
 
@@ -59,20 +62,39 @@ def decode_frames(frames: list[Any], nbytes: int, what: str, codec_id: str = "zs
     :class:`ChunkDecodeError`."""
     codec = codec_for_current_device()
     if codec_id == "zstd" and all(_is_device(f) for f in frames):
-        batch = codec.decode_device(frames, nbytes)
+        pieces = [(0, codec.decode_device(frames, nbytes))]
     else:
-        host = [f.get() if _is_device(f) else np.asarray(f) for f in frames]
-        if codec_id == "zstd":
-            batch = codec.decode_host(host, nbytes)
-        else:
-            batch = _decode_streams(codec, host, nbytes, codec_id)
-    if batch.failures:
-        i, reason = next(iter(sorted(batch.failures.items())))
+        pieces = []
+        for start, stop in _host_pieces([len(f) for f in frames]):
+            host = [f.get() if _is_device(f) else np.asarray(f) for f in frames[start:stop]]
+            if codec_id == "zstd":
+                pieces.append((start, codec.decode_host(host, nbytes)))
+            else:
+                pieces.append((start, _decode_streams(codec, host, nbytes, codec_id)))
+    failures = {start + i: reason for start, b in pieces for i, reason in b.failures.items()}
+    if failures:
+        i, reason = min(failures.items())
         err = ChunkDecodeError(what, f"chunk {i} of a {len(frames)}-chunk zarr batch", reason)
-        if len(batch.failures) > 1:
-            err.add_note(f"{len(batch.failures)} damaged chunks in this batch")
+        if len(failures) > 1:
+            err.add_note(f"{len(failures)} damaged chunks in this batch")
         raise err
-    return [batch.slot(i) for i in range(len(frames))]
+    return [b.slot(i) for _, b in pieces for i in range(len(b.ptrs))]
+
+
+def _host_pieces(sizes: list[int]) -> list[tuple[int, int]]:
+    """Consecutive runs of frames of at most HOST_PIECE_BYTES stored bytes each (one frame
+    at least): each run is packed into the codec's reusable pinned buffer and copied to the
+    device in one transfer, where a whole zarr batch (often over a gigabyte) would be
+    packed into fresh pageable memory every time."""
+    pieces, start, total = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and total + size > HOST_PIECE_BYTES:
+            pieces.append((start, i))
+            start, total = i, 0
+        total += size
+    if start < len(sizes):
+        pieces.append((start, len(sizes)))
+    return pieces
 
 
 def _decode_streams(codec: Any, host: list[Any], nbytes: int, codec_id: str) -> Any:

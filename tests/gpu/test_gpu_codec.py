@@ -376,3 +376,27 @@ def test_context_decodes_blosc_and_lz4_on_nvcomp(tmp_path, cp, variant, monkeypa
         got = zarr.open_array(str(tmp_path / "a.zarr"), mode="r")[...]
     np.testing.assert_array_equal(got.get(), expected)
     assert sum(calls) > 0
+
+
+@pytest.mark.parametrize("variant", ["v2-blosc-lz4-shuffle", "v2-lz4", "v3-blosc-zstd-bitshuffle"])
+def test_context_decodes_a_batch_in_pieces_and_numbers_damaged_chunks_in_the_batch(
+    tmp_path, cp, variant, monkeypatch
+):
+    from linumpy_gpu.gpu import zarr_codec
+
+    monkeypatch.setattr(zarr_codec, "HOST_PIECE_BYTES", 4096)  # many pieces per zarr batch
+    data = volume()
+    write_zarr_variant(tmp_path / "a.zarr", variant, data, missing_fraction=0)
+    expected = zarr.open_array(str(tmp_path / "a.zarr"), mode="r")[...]
+    with lg.gpu_zarr_context():
+        got = zarr.open_array(str(tmp_path / "a.zarr"), mode="r")[...]
+    np.testing.assert_array_equal(got.get(), expected)
+
+    chunk_files = [
+        p for p in (tmp_path / "a.zarr").rglob("*") if p.is_file() and not p.name.startswith(".z")
+    ]
+    chunk_files = [p for p in chunk_files if p.name != "zarr.json"]
+    victim = sorted(chunk_files)[-1]
+    victim.write_bytes(b"\x00" * len(victim.read_bytes()))
+    with lg.gpu_zarr_context(), pytest.raises(lg.ChunkDecodeError, match="-chunk zarr batch"):
+        zarr.open_array(str(tmp_path / "a.zarr"), mode="r")[...]
