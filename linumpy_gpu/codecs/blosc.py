@@ -13,11 +13,21 @@ stream's decoded size). Decoded streams are concatenated, then unshuffled.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from linumpy_gpu.codecs.layout import BITUNSHUFFLE, COPY, UNSHUFFLE, StreamLayout
+from linumpy_gpu.codecs.layout import (
+    BITUNSHUFFLE,
+    COPY,
+    UNSHUFFLE,
+    FrameBytes,
+    FrameGroup,
+    StreamLayout,
+    one_stream_group,
+    refuse,
+)
 from linumpy_gpu.errors import CodecError
 
 HEADER_BYTES = 16
@@ -77,16 +87,6 @@ def config_of_numcodecs(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _le32(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Little-endian uint32s at byte positions ``at`` of ``buf`` (as int64)."""
-    return (
-        buf[at].astype(np.int64)
-        | (buf[at + 1].astype(np.int64) << 8)
-        | (buf[at + 2].astype(np.int64) << 16)
-        | (buf[at + 3].astype(np.int64) << 24)
-    )
-
-
 def _block_mode(flags: int, typesize: int, size: int) -> int:
     """How c-blosc undoes the shuffle of a block of ``size`` bytes."""
     if flags & BYTE_SHUFFLE and typesize > 1:
@@ -99,94 +99,153 @@ def _block_mode(flags: int, typesize: int, size: int) -> int:
 def stream_layout(frames: list[Any], nbytes: int, codecs: tuple[str, ...]) -> StreamLayout:
     """The layout of Blosc ``frames`` (each must decode to ``nbytes``) whose inner codec is
     one of ``codecs``; every offset and size is checked against the frame, so a decoder
-    given this layout reads and writes only inside the frames and the chunks."""
-    return StreamLayout.of_frames(frames, lambda buf: _frame_layout(buf, nbytes, codecs))
+    given this layout reads and writes only inside the frames and the chunks.
+
+    Frames are parsed together: their headers at once, then each group of frames that
+    share flags, type size and block size (all frames of a chunk grid, as a rule) at once."""
+    data = FrameBytes(frames)
+    elsewhere: dict[int, str] = {}
+    rows, size = np.arange(len(frames)), data.size
+    keep = refuse(
+        elsewhere,
+        rows,
+        size < HEADER_BYTES,
+        lambda r: f"blosc: {size[r]} bytes, shorter than its 16-byte header",
+    )
+    rows, size = rows[keep], size[keep]
+    head = data.read(rows, np.broadcast_to(np.arange(HEADER_BYTES), (rows.size, HEADER_BYTES)))
+    head = head.astype(np.int64)
+    version, flags, typesize = head[:, 0], head[:, 2], head[:, 3]
+    declared, blocksize, cbytes = (head[:, k : k + 4] @ _LE32 for k in (4, 8, 12))
+    checks: list[tuple[np.ndarray, Callable[[int], str]]] = [
+        (version != FORMAT_VERSION, lambda r: f"blosc: format version {version[r]}"),
+        (
+            declared != nbytes,
+            lambda r: f"blosc: the header declares {declared[r]} bytes, the chunk holds {nbytes}",
+        ),
+        (
+            cbytes != size,
+            lambda r: f"blosc: the header says {cbytes[r]} stored bytes, the chunk has {size[r]}",
+        ),
+        (
+            (typesize < 1) | (blocksize < 1) | (nbytes < 1),
+            lambda r: f"blosc: typesize {typesize[r]}, blocksize {blocksize[r]}",
+        ),
+    ]
+    bad = np.zeros(rows.size, dtype=bool)
+    for mask, reason in checks:
+        bad |= ~refuse(elsewhere, rows, mask & ~bad, reason)
+    rows, flags, typesize, blocksize, cbytes = (
+        a[~bad] for a in (rows, flags, typesize, blocksize, cbytes)
+    )
+    kinds, kind_of = np.unique(
+        np.stack([flags, typesize, blocksize], axis=1), axis=0, return_inverse=True
+    )
+    groups = []
+    for k, (f, t, b) in enumerate(kinds.tolist()):
+        mine = kind_of.reshape(-1) == k
+        group = _group_layout(data, rows[mine], cbytes[mine], (f, t, b), nbytes, codecs, elsewhere)
+        if group is not None:
+            groups.append(group)
+    return StreamLayout.of_groups(groups, elsewhere)
 
 
-def _frame_layout(buf: np.ndarray, nbytes: int, codecs: tuple[str, ...]) -> tuple[Any, Any]:
-    """(streams, blocks) of one frame, as in :class:`StreamLayout`; CodecError when the frame
-    is not one this layout can describe."""
-    if buf.size < HEADER_BYTES:
-        raise CodecError(f"blosc: {buf.size} bytes, shorter than its 16-byte header")
-    version, flags, typesize = int(buf[0]), int(buf[2]), int(buf[3])
-    declared, blocksize, cbytes = (int(_le32(buf, np.array([k]))[0]) for k in (4, 8, 12))
+_LE32 = np.array([1, 1 << 8, 1 << 16, 1 << 24], dtype=np.int64)
+
+
+def _group_layout(
+    data: FrameBytes,
+    rows: np.ndarray,
+    cbytes: np.ndarray,
+    kind: tuple[int, int, int],
+    nbytes: int,
+    codecs: tuple[str, ...],
+    elsewhere: dict[int, str],
+) -> FrameGroup | None:
+    """The streams and blocks of frames ``rows``, which share flags, type size and block
+    size (``kind``) and whose headers are checked; frames found damaged go to
+    ``elsewhere``."""
+    flags, typesize, blocksize = kind
     name = INNER_CODECS.get(flags >> 5, f"codec {flags >> 5}")
-    if version != FORMAT_VERSION:
-        raise CodecError(f"blosc: format version {version}")
-    if declared != nbytes:
-        raise CodecError(f"blosc: the header declares {declared} bytes, the chunk holds {nbytes}")
-    if cbytes != buf.size:
-        raise CodecError(f"blosc: the header says {cbytes} stored bytes, the chunk has {buf.size}")
-    if typesize < 1 or blocksize < 1 or nbytes < 1:
-        raise CodecError(f"blosc: typesize {typesize}, blocksize {blocksize}")
     if flags & MEMCPYED:
-        if cbytes != nbytes + HEADER_BYTES:
-            raise CodecError(f"blosc: stored as is in {cbytes} bytes, but holds {nbytes}")
-        one = np.ones(1, dtype=np.int64)
-        streams = (one * HEADER_BYTES, one * nbytes, one * nbytes, np.ones(1, bool), name)
-        return streams, (0 * one, np.zeros(1, bool), 0 * one, one * nbytes, one, 0 * one)
-    if name not in codecs:
-        raise CodecError(f"blosc: inner codec {name}")
+        keep = refuse(
+            elsewhere,
+            rows,
+            cbytes != nbytes + HEADER_BYTES,
+            lambda r: f"blosc: stored as is in {cbytes[r]} bytes, but holds {nbytes}",
+        )
+        return one_stream_group(
+            rows[keep], HEADER_BYTES, np.full(int(keep.sum()), nbytes), nbytes, True, name
+        )
     n_blocks = -(-nbytes // blocksize)
     table_end = HEADER_BYTES + 4 * n_blocks
-    if table_end > cbytes:
-        raise CodecError(f"blosc: {n_blocks} block offsets do not fit in {cbytes} bytes")
-    starts = _le32(buf, HEADER_BYTES + 4 * np.arange(n_blocks, dtype=np.int64))
-    sizes = np.full(n_blocks, blocksize, dtype=np.int64)
-    leftover = nbytes % blocksize
-    if leftover:
-        sizes[-1] = leftover
     split_all = (
         not flags & DONT_SPLIT
         and typesize <= MAX_SPLITS
         and blocksize // typesize >= MIN_SPLIT_BYTES
     )
+    everyone = np.ones(rows.size, dtype=bool)
+    if name not in codecs:
+        refuse(elsewhere, rows, everyone, lambda r: f"blosc: inner codec {name}")
+        return None
     if split_all and blocksize % typesize:
-        raise CodecError(f"blosc: blocks of {blocksize} bytes split in {typesize} streams")
-    regular = n_blocks - (1 if leftover else 0)
-    groups = [(np.arange(regular), typesize if split_all else 1)]
-    if leftover:
-        groups.append((np.array([n_blocks - 1]), 1))  # c-blosc never splits the last block
-    s_start, s_stored, s_decoded, s_block = [], [], [], []
-    for idx, n_split in groups:
-        if idx.size == 0:
-            continue
-        pos = starts[idx].copy()
-        decoded = sizes[idx] // n_split
-        starts_of = np.empty((idx.size, n_split), np.int64)
-        stored_of = np.empty((idx.size, n_split), np.int64)
-        for j in range(n_split):
-            if (pos < table_end).any() or (pos > cbytes - 4).any():
-                raise CodecError("blosc: a stream starts outside the frame")
-            csize = _le32(buf, pos)
-            if (csize > cbytes - pos - 4).any():
-                raise CodecError("blosc: a stream runs past the end of the frame")
-            starts_of[:, j] = pos + 4
-            stored_of[:, j] = csize
-            pos = pos + 4 + csize
-        s_start.append(starts_of.ravel())
-        s_stored.append(stored_of.ravel())
-        s_decoded.append(np.repeat(decoded, n_split))
-        s_block.append((idx, n_split))
-    start = np.concatenate(s_start)
-    stored = np.concatenate(s_stored)
-    decoded = np.concatenate(s_decoded)
-    raw = stored == decoded
-    first = np.empty(n_blocks, dtype=np.int64)
-    split = np.zeros(n_blocks, dtype=bool)
-    k = 0
-    for idx, n_split in s_block:
-        first[idx] = k + np.arange(idx.size) * n_split
-        split[idx] = n_split > 1
-        k += idx.size * n_split
+        refuse(
+            elsewhere,
+            rows,
+            everyone,
+            lambda r: f"blosc: blocks of {blocksize} bytes split in {typesize} streams",
+        )
+        return None
+    keep = refuse(
+        elsewhere,
+        rows,
+        cbytes < table_end,
+        lambda r: f"blosc: {n_blocks} block offsets do not fit in {cbytes[r]} bytes",
+    )
+    rows, cbytes = rows[keep], cbytes[keep]
+    sizes = np.full(n_blocks, blocksize, dtype=np.int64)
+    if nbytes % blocksize:
+        sizes[-1] = nbytes % blocksize  # c-blosc never splits this last, shorter block
+    splits = np.full(n_blocks, typesize if split_all else 1, dtype=np.int64)
+    splits[sizes != blocksize] = 1
+    pos = data.le32(rows, HEADER_BYTES + 4 * np.arange(n_blocks, dtype=np.int64)[None, :])
+    starts = np.zeros((rows.size, n_blocks, int(splits.max())), dtype=np.int64)
+    stored = np.zeros_like(starts)
+    bad = np.zeros(rows.size, dtype=bool)
+    limit = cbytes[:, None]
+    for j in range(int(splits.max())):  # stream j of every block of every frame at once
+        cols = np.flatnonzero(splits > j)
+        at = pos[:, cols]
+        outside = ((at < table_end) | (at > limit - 4)).any(axis=1) & ~bad
+        bad |= ~refuse(
+            elsewhere, rows, outside, lambda r: "blosc: a stream starts outside the frame"
+        )
+        at = np.where(bad[:, None], 0, at)  # a refused frame's reads stay at its header
+        size = data.le32(rows, at)
+        past = (size > limit - at - 4).any(axis=1) & ~bad
+        bad |= ~refuse(
+            elsewhere, rows, past, lambda r: "blosc: a stream runs past the end of the frame"
+        )
+        size = np.where(bad[:, None], 0, size)
+        starts[:, cols, j] = at + 4
+        stored[:, cols, j] = size
+        pos[:, cols] = at + 4 + size
+    streams = np.flatnonzero((np.arange(starts.shape[2]) < splits[:, None]).reshape(-1))
+    decoded = np.repeat(sizes // splits, splits)[None, :]
+    stored = stored.reshape(rows.size, -1)[~bad][:, streams]
     modes = np.full(n_blocks, _block_mode(flags, typesize, blocksize), dtype=np.int64)
     modes[-1] = _block_mode(flags, typesize, int(sizes[-1]))
-    blocks = (
-        first,
-        split,
-        np.arange(n_blocks, dtype=np.int64) * blocksize,
-        sizes,
-        np.full(n_blocks, typesize, dtype=np.int64),
-        modes,
+    return FrameGroup(
+        frames=rows[~bad],
+        start=starts.reshape(rows.size, -1)[~bad][:, streams],
+        stored=stored,
+        decoded=decoded,
+        raw=stored == decoded,
+        codec=name,
+        block_first=np.cumsum(splits) - splits,
+        block_split=splits > 1,
+        block_offset=np.arange(n_blocks, dtype=np.int64) * blocksize,
+        block_size=sizes,
+        block_typesize=np.full(n_blocks, typesize, dtype=np.int64),
+        block_mode=modes,
     )
-    return (start, stored, decoded, raw, name), blocks

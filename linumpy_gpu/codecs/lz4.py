@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from linumpy_gpu.codecs.layout import COPY, ChunkStreams, StreamLayout
+from linumpy_gpu.codecs.layout import FrameBytes, StreamLayout, one_stream_group, refuse
 from linumpy_gpu.errors import CodecError
 
 
@@ -35,15 +35,21 @@ def decode(data: Any, limit: int) -> Any:
 
 def stream_layout(frames: list[Any], nbytes: int) -> StreamLayout:
     """Each chunk one LZ4 stream after its size prefix, decoding to the chunk's ``nbytes``."""
-
-    def describe(buf: np.ndarray) -> ChunkStreams:
-        declared = declared_size(buf)
-        if declared is None or buf.size < 5:
-            raise CodecError("lz4: shorter than its 4-byte size prefix and one byte")
-        if declared != nbytes:
-            raise CodecError(f"lz4: the chunk declares {declared} bytes, it holds {nbytes}")
-        one = np.ones(1, dtype=np.int64)
-        streams = (4 * one, (buf.size - 4) * one, nbytes * one, np.zeros(1, bool), "lz4")
-        return streams, (0 * one, np.zeros(1, bool), 0 * one, nbytes * one, one, COPY * one)
-
-    return StreamLayout.of_frames(frames, describe)
+    data = FrameBytes(frames)
+    elsewhere: dict[int, str] = {}
+    rows = np.arange(len(frames))
+    size = data.size
+    keep = refuse(
+        elsewhere, rows, size < 5, lambda r: "lz4: shorter than its 4-byte size prefix and one byte"
+    )
+    rows, size = rows[keep], size[keep]
+    declared = data.le32(rows, np.zeros((rows.size, 1), dtype=np.int64))[:, 0]
+    keep = refuse(
+        elsewhere,
+        rows,
+        declared != nbytes,
+        lambda r: f"lz4: the chunk declares {declared[r]} bytes, it holds {nbytes}",
+    )
+    rows, size = rows[keep], size[keep]
+    group = one_stream_group(rows, 4, size - 4, nbytes, raw=False, codec="lz4")
+    return StreamLayout.of_groups([group], elsewhere)

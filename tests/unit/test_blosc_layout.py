@@ -183,3 +183,36 @@ def test_lz4_chunks_are_one_stream_after_their_size_prefix():
     assert set(layout.elsewhere) == {1, 2}
     out = numcodecs.LZ4().decode(good[:4] + good[4:])  # the stream is the whole rest
     assert bytes(out) == data.tobytes()
+
+
+def test_a_mixed_batch_is_laid_out_as_each_frame_alone():
+    """Frames of different kinds (shuffles, memcpyed, damaged, another inner codec) in one
+    batch get the streams and blocks each would get alone, in frame order."""
+    data = sample(70001, 4, "halves")
+    frames = []
+    for seed, (cname, shuffle) in enumerate(itertools.product(["lz4", "zstd", "zlib"], [0, 1, 2])):
+        frames.append(numcodecs.Blosc(cname=cname, shuffle=shuffle).encode(typed(data, 4)))
+        if seed % 3 == 1:
+            frames.append(damaged(frames[-1], "stream-size"))
+    noise = sample(70001, 4, "random")  # stored as is
+    frames.append(numcodecs.Blosc(cname="lz4").encode(typed(noise, 4)))
+    frames.append(frames[0])
+    batch = blosc.stream_layout(frames, data.size, ("lz4", "zstd"))
+    alone = [blosc.stream_layout([f], data.size, ("lz4", "zstd")) for f in frames]
+    assert set(batch.elsewhere) == {i for i, a in enumerate(alone) if a.elsewhere}
+    assert len(batch.elsewhere) == 6  # three zlib frames and three damaged ones
+    for i, a in enumerate(alone):
+        mine = batch.frame == i
+        assert (batch.start[mine] == a.start).all() and (batch.stored[mine] == a.stored).all()
+        assert (batch.decoded[mine] == a.decoded).all() and (batch.raw[mine] == a.raw).all()
+        blocks = batch.block_frame == i
+        first = np.flatnonzero(mine)[0] if mine.any() else 0
+        assert (batch.block_first[blocks] - first == a.block_first).all()
+        for key in ("split", "offset", "size", "typesize", "mode"):
+            assert (getattr(batch, "block_" + key)[blocks] == getattr(a, "block_" + key)).all()
+    assert (np.diff(batch.frame) >= 0).all() and (np.diff(batch.block_frame) >= 0).all()
+    assert frames[-2][2] & blosc.MEMCPYED
+    decoded, _ = blosc_reference.decode(frames, data.size)
+    for i, out in enumerate(decoded):
+        if i not in batch.elsewhere:
+            np.testing.assert_array_equal(out, noise if i == len(frames) - 2 else data)
