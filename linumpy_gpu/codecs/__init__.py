@@ -24,6 +24,7 @@ __all__ = [
     "ByteCodec",
     "CodecError",
     "decode_chain",
+    "decode_chain_into",
     "from_numcodecs",
     "from_v3_codec",
 ]
@@ -80,6 +81,28 @@ def decode_chain(data: Any, codecs: Sequence[ByteCodec], nbytes: int) -> memoryv
     if len(buf) != nbytes:
         raise CodecError(f"decoded to {len(buf)} bytes, expected {nbytes}")
     return buf
+
+
+# codec name -> decoder writing into a buffer of the decoded size: (data, out) -> None or why not
+_INTO: dict[str, Callable[[Any, np.ndarray], str | None]] = {
+    "zstd": zstd.decode_into,
+    "gzip": lambda data, out: deflate.decode_into(data, out, "gzip"),
+    "zlib": lambda data, out: deflate.decode_into(data, out, "zlib"),
+}
+
+
+def decode_chain_into(data: Any, codecs: Sequence[ByteCodec], out: np.ndarray) -> str | None:
+    """Undo ``codecs`` on the CPU into ``out`` (uint8, exactly the decoded size): None, or
+    why the data does not decode to exactly ``out.size`` bytes. A lone zstd, gzip or zlib
+    codec decodes in place; other chains decode, then copy."""
+    into = _INTO.get(codecs[0].name) if len(codecs) == 1 else None
+    if into is not None:
+        return into(data, out)
+    try:
+        out[...] = np.frombuffer(decode_chain(data, codecs, out.size), dtype=np.uint8)
+    except CodecError as exc:
+        return str(exc)
+    return None
 
 
 def _as_bytes_view(buf: Any) -> memoryview:

@@ -102,16 +102,40 @@ def _libdeflate() -> _Libdeflate | None:
         return None
 
 
+def decode_into(data: Any, out: np.ndarray, wrapper: str) -> str | None:
+    """Decode one gzip or zlib stream into ``out`` (uint8, exactly the decoded size):
+    None, or why the data does not decode to exactly ``out.size`` bytes. Decoding in place
+    spares a buffer per chunk and its copy."""
+    if _libdeflate_into(data, out, wrapper) == out.size:
+        return None
+    try:  # zlib says why libdeflate refused, or decodes what libdeflate could not
+        decoded = _decode_zlib(data, out.size, wrapper)
+    except CodecError as exc:
+        return str(exc)
+    if len(decoded) != out.size:
+        return f"decoded to {len(decoded)} bytes, expected {out.size}"
+    out[...] = np.frombuffer(decoded, dtype=np.uint8)
+    return None
+
+
 def _decode_libdeflate(data: Any, limit: int, wrapper: str) -> memoryview | None:
     """The decoded bytes, or None where libdeflate is missing or refuses the chunk (zlib
     then decodes it, or says why not)."""
+    out = np.empty(max(limit, 1), dtype=np.uint8)
+    used = _libdeflate_into(data, out[:limit], wrapper)
+    return None if used is None else out[:used].data
+
+
+def _libdeflate_into(data: Any, out: np.ndarray, wrapper: str) -> int | None:
+    """How many bytes libdeflate decoded into ``out`` (at most its size), or None where
+    libdeflate is missing or refuses the chunk."""
     lib = _libdeflate()
     if lib is None:
         return None
     src = np.frombuffer(data, dtype=np.uint8)
     if src.size == 0:
         return None
-    out = np.empty(max(limit, 1), dtype=np.uint8)
+    limit = out.size
     used_in, used_out = ctypes.c_size_t(0), ctypes.c_size_t(0)
     fn, d = lib.decompress[wrapper], lib.decompressor()
     in_pos = out_pos = 0
@@ -131,4 +155,4 @@ def _decode_libdeflate(data: Any, limit: int, wrapper: str) -> memoryview | None
         out_pos += used_out.value
         if wrapper == "zlib" and in_pos != src.size:
             return None  # bytes after the stream
-    return out[:out_pos].data
+    return out_pos

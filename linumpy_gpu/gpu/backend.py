@@ -14,7 +14,7 @@ import numpy as np
 from linumpy_gpu import config
 from linumpy_gpu.backends.base import PLACED, Backend, BatchMemory, ChunkSink, EncodedChunk
 from linumpy_gpu.backends.cpu import CpuBackend
-from linumpy_gpu.codecs import blosc, crc32c, decode_chain, lz4
+from linumpy_gpu.codecs import blosc, crc32c, decode_chain_into, lz4, zstd
 from linumpy_gpu.config import Settings
 from linumpy_gpu.core.layout import ChunkFormat
 from linumpy_gpu.core.plan import ChunkPlan
@@ -415,11 +415,7 @@ class GpuBackend(Backend, BatchMemory):
         codecs = fmt.codecs
 
         def decode_into(data: Any, out: np.ndarray) -> str | None:
-            try:
-                out[...] = np.frombuffer(decode_chain(data, codecs, out.size), dtype=np.uint8)
-            except CodecError as exc:
-                return str(exc)
-            return None
+            return decode_chain_into(data, codecs, out)
 
         # the workers read the staged bytes in place: the staging goes back once they are done
         try:
@@ -568,7 +564,7 @@ class GpuBackend(Backend, BatchMemory):
         targets: np.ndarray,
         workspace: Workspace,
         staging: Any,
-        decode_into: DecodeInto | None = None,
+        decode_into: DecodeInto = zstd.decode_into,
     ) -> tuple[DecodedBatch, Any] | None:
         """Start decoding ``frames`` on host threads into their targets, or into slots taken
         from ``workspace`` where the target is 0."""
@@ -591,10 +587,7 @@ class GpuBackend(Backend, BatchMemory):
         # the workers copy after everything queued so far (earlier batches still reading
         # the memory these slots borrow)
         after = self._stream().record()
-        if decode_into is None:
-            units = self._host.submit(frames, nbytes, dests, after)
-        else:
-            units = self._host.submit(frames, nbytes, dests, after, decode_into)
+        units = self._host.submit(frames, nbytes, dests, after, decode_into)
         return DecodedBatch(dests, nbytes, owners=owners), units
 
     def _upload_all(self, decoded: list[Any]) -> list[Any]:

@@ -81,3 +81,33 @@ def test_damage_is_refused_by_the_fast_path():
     ):
         wrapper = name.split()[0]
         assert deflate._decode_libdeflate(CASES[name], len(RAW), wrapper) is None, name
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("size", [len(RAW), len(RAW) - 1, len(RAW) + 100])
+def test_decoding_in_place_agrees_with_decode(name, size):
+    """In place, a chunk decodes exactly when ``decode`` gives ``size`` bytes; otherwise a
+    reason comes back and nothing is claimed about ``out``."""
+    wrapper = name.split()[0]
+    expected = outcome(deflate.decode, CASES[name], size, wrapper)
+    out = np.full(size, 7, dtype=np.uint8)
+    reason = deflate.decode_into(CASES[name], out, wrapper)
+    if expected != "error" and len(expected) == size:
+        assert reason is None and out.tobytes() == expected
+    else:
+        assert isinstance(reason, str) and reason
+
+
+def test_a_chain_decodes_in_place_or_through_a_copy():
+    from linumpy_gpu.codecs import ByteCodec, decode_chain_into
+
+    out = np.zeros(len(RAW), dtype=np.uint8)
+    assert decode_chain_into(GZ, [ByteCodec("gzip")], out) is None and out.tobytes() == RAW
+    out[:] = 0
+    assert decode_chain_into(ZL, [ByteCodec("zlib")], out) is None and out.tobytes() == RAW
+    out[:] = 0
+    two = gzip.compress(zlib.compress(RAW))  # a chain of two: decoded, then copied
+    chain = [ByteCodec("zlib"), ByteCodec("gzip")]
+    assert decode_chain_into(two, chain, out) is None and out.tobytes() == RAW
+    assert decode_chain_into(GZ[:-5], [ByteCodec("gzip")], out).startswith("gzip: ")
+    assert decode_chain_into(two[:-1], chain, out).startswith("gzip: ")
