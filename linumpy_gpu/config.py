@@ -177,6 +177,12 @@ def set(settings: Settings | Mapping[str, Any] | None = None, **changes: Any) ->
         _current.reset(token)
 
 
+def environment_sets(variable: str) -> bool:
+    """Whether the environment gives ``variable`` a value: for the variables of libraries
+    underneath (kvikio's ``KVIKIO_NTHREADS``), which the user's choice must win over."""
+    return bool(os.environ.get(variable, "").strip())
+
+
 def sources() -> dict[str, str]:
     """Per setting, where its current value comes from: 'default', the environment
     variable's name, or 'set' (a :func:`set` block)."""

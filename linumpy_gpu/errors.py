@@ -77,7 +77,7 @@ class InvalidMetadataError(LinumpyGpuError, ValueError):
         self.field = field
         self.expected = expected
         self.found = found
-        found_text = "" if found is None else f"; found {_short_repr(found)}"
+        found_text = "" if found is None else f"; found {short_repr(found)}"
         super().__init__(f"{self.store_path}: invalid '{field}': expected {expected}{found_text}")
 
     def __reduce__(self) -> tuple[type, tuple[str, str, str, object]]:
@@ -216,7 +216,8 @@ def warn(message: str, category: type[Warning]) -> None:
     warnings.warn(message, category, stacklevel=level)
 
 
-def _short_repr(value: object, limit: int = 120) -> str:
+def short_repr(value: object, limit: int = 120) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for quoting a user's value in a message."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

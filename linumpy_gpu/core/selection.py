@@ -6,7 +6,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
-from linumpy_gpu.errors import SelectionError, _short_repr
+from linumpy_gpu.errors import SelectionError, short_repr
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def _axis(item: Any, size: int, axis: int) -> AxisSelection:
         for part in (item.start, item.stop, item.step):
             if part is not None and not _is_int(part):
                 raise SelectionError(
-                    f"slice bounds must be integers, got {_short_repr(item, 60)} on axis {axis}"
+                    f"slice bounds must be integers, got {short_repr(item, 60)} on axis {axis}"
                 )
         if item.step == 0:
             raise SelectionError(f"slice step cannot be zero (axis {axis})")
@@ -118,7 +118,7 @@ def _axis(item: Any, size: int, axis: int) -> AxisSelection:
             raise SelectionError(f"index {i} is out of bounds for axis {axis} with size {size}")
         return AxisSelection(i % size, 1, 1, dropped=True)
     raise SelectionError(
-        f"unsupported index {_short_repr(item, 60)} on axis {axis}: only integers, slices and '...' "
+        f"unsupported index {short_repr(item, 60)} on axis {axis}: only integers, slices and '...' "
         "(numpy basic indexing) are supported; read a region and index the result for more"
     )
 

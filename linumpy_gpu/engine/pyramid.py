@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from linumpy_gpu.engine.reader import ChunkedArrayReader
+from linumpy_gpu.errors import InvalidArgumentError
 
 METHODS = ("mean", "nearest", "mode", "gaussian")
 
@@ -27,7 +28,7 @@ def downsample(a: Any, factors: Sequence[int], method: str = "mean") -> Any:
     """Reduce ``a`` by integer ``factors`` per axis. Partial edge blocks are reduced over
     the elements they have (no padding), so the shape is ``ceil(n / f)`` per axis."""
     if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        raise InvalidArgumentError(f"method must be one of {METHODS}, got {method!r}")
     xp = array_module(a)
     if method == "nearest":
         return a[tuple(slice(None, None, f) for f in factors)].copy()

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from linumpy_gpu import config
 from linumpy_gpu.errors import StoreError, StorePermissionError
 from linumpy_gpu.io.sources import (
     DISK_THREADS,
@@ -104,7 +105,7 @@ def _configure_pool() -> None:
         else:
             current = kvikio.defaults.get_num_threads()
             resize = kvikio.defaults.num_threads_reset
-        if "KVIKIO_NTHREADS" not in os.environ and current < 2:
+        if not config.environment_sets("KVIKIO_NTHREADS") and current < 2:
             resize(KVIKIO_THREADS)
         _configured = True
 

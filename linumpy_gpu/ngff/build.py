@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from linumpy_gpu.errors import InvalidArgumentError
 from linumpy_gpu.ngff.model import Axis, Channel
 
 DEFAULT_AXIS_TYPES = {"t": "time", "c": "channel", "z": "space", "y": "space", "x": "space"}
@@ -24,7 +25,7 @@ def make_axes(names: Sequence[str], units: Sequence[str | None] | None = None) -
     custom axes carry no unit."""
     units = list(units) if units is not None else [None] * len(names)
     if len(units) != len(names):
-        raise ValueError(f"{len(units)} units for {len(names)} axes")
+        raise InvalidArgumentError(f"{len(units)} units for {len(names)} axes")
     axes = []
     for n, u in zip(names, units, strict=True):
         kind = DEFAULT_AXIS_TYPES.get(n)
@@ -60,7 +61,9 @@ def multiscales_block(
     scale then the translation.
     """
     if version not in WRITABLE_VERSIONS:
-        raise ValueError(f"cannot build NGFF {version!r} metadata; use one of {WRITABLE_VERSIONS}")
+        raise InvalidArgumentError(
+            f"cannot build NGFF {version!r} metadata; use one of {WRITABLE_VERSIONS}"
+        )
     datasets = []
     for path, scale, translation in zip(paths, scales, translations, strict=True):
         scale_t: dict[str, Any] = {"type": "scale", "scale": [float(s) for s in scale]}

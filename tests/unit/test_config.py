@@ -114,3 +114,21 @@ def test_info_shows_the_settings(capsys):
     out = capsys.readouterr().out
     for name in lg.config.names():
         assert name in out
+
+
+def test_only_the_settings_module_reads_the_environment():
+    """Every module takes its settings from :mod:`linumpy_gpu.config`; none reads
+    ``os.environ`` or ``os.getenv`` itself (a setting read elsewhere escapes ``config.set``
+    and ``linumpy-gpu info``)."""
+    import pathlib
+
+    import linumpy_gpu
+
+    package = pathlib.Path(linumpy_gpu.__file__).parent
+    readers = [
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if path.name != "config.py"
+        and any(word in path.read_text() for word in ("os.environ", "os.getenv", "environ["))
+    ]
+    assert readers == []
