@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
 from linumpy_gpu.errors import StorePermissionError
+from linumpy_gpu.io.files import replacing
 
 
 def gds_mode() -> str:
@@ -115,15 +115,9 @@ class GDSStore(LocalStore):
             raise StorePermissionError(f"'{self.root}' was opened read-only")
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
         data = value.as_array_like()
-        try:
-            with kvikio.CuFile(tmp, "w") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        with replacing(str(path)) as tmp, kvikio.CuFile(tmp, "w") as f:
+            f.write(data)
 
     async def set(self, key: str, value: Any) -> None:
         await asyncio.to_thread(self.set_sync, key, value)

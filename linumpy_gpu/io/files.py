@@ -39,15 +39,15 @@ def generation(path: str) -> int:
     return _generations.get(path, 0)
 
 
-def write_file_atomically(path: str, data: bytes | memoryview) -> None:
-    """Write ``data`` to ``path`` under a temporary name in the same folder, then rename it
-    into place: readers see the old file or the new one, never part of either. The
-    temporary file is removed if anything fails."""
+@contextlib.contextmanager
+def replacing(path: str) -> Iterator[str]:
+    """A temporary path in ``path``'s folder for the block to write the new file to; it is
+    renamed to ``path`` when the block ends, so readers see the old file or the new one,
+    never part of either, and removed if the block fails."""
     folder, name = os.path.split(path)
     tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex[:12]}.partial")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -56,6 +56,12 @@ def write_file_atomically(path: str, data: bytes | memoryview) -> None:
     finally:
         with _generations_lock:
             _generations[path] = _generations.get(path, 0) + 1
+
+
+def write_file_atomically(path: str, data: bytes | memoryview) -> None:
+    """Write ``data`` to ``path`` through :func:`replacing`."""
+    with replacing(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
 
 
 def is_zarr_store(path: str) -> bool:
