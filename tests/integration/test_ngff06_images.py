@@ -1,7 +1,8 @@
 """NGFF 0.6 through the public API: stores other tools write (ngff-zarr 0.50, in 0.4, 0.5
 and 0.6 for the same image) read the same data and metadata on every device; what we
-write as 0.6 ngff-zarr reads back; levels placed by affine transformations, rotations or
-fields give their matrices, resample, or refuse as documented; scenes; labels."""
+write as 0.6 ngff-zarr reads back and its 0.6 schema accepts; levels placed by affine
+transformations, rotations, axis permutations or fields give their matrices, resample, or
+refuse as documented; scenes; labels; HCS plates."""
 
 from __future__ import annotations
 
@@ -13,32 +14,46 @@ import zarr
 
 import linumpy_gpu as lg
 from tests.conftest import to_numpy
+from tests.data.make_ngff_zarr_stores import STORES, VERSIONS, store_path, write_stores
+from tests.data.make_ngff_zarr_stores import volume as _volume
 
 
-def _volume(shape=(8, 24, 32), seed=0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, 4000, size=shape).astype("u2")
+def _ngff_zarr_available() -> bool:
+    try:
+        import ngff_zarr  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _validate(attrs: dict, model: str) -> None:
+    """Checks ``attrs`` (a group's zarr.json attributes) against ngff-zarr's bundled 0.6
+    JSON schema for ``model``; raises jsonschema's ValidationError when it rejects them."""
+    pytest.importorskip("ngff_zarr", reason="ngff-zarr bundles the 0.6 JSON schemas")
+    from ngff_zarr.validate import validate
+
+    validate(attrs, version="0.6", model=model)
+
+
+def _attributes(group_path) -> dict:
+    """The attributes a zarr v3 group's zarr.json holds, as written on disk."""
+    return json.loads((group_path / "zarr.json").read_text())["attributes"]
 
 
 @pytest.fixture(scope="module")
 def ngff_zarr_images(tmp_path_factory):
-    """The same image written by ngff-zarr in 0.4, 0.5 and 0.6: {version: path}."""
-    nz = pytest.importorskip("ngff_zarr", reason="ngff-zarr writes the reference stores")
-    root = tmp_path_factory.mktemp("nz")
-    image = nz.to_ngff_image(
-        _volume(),
-        dims=["z", "y", "x"],
-        scale={"z": 2.0, "y": 0.5, "x": 0.25},
-        translation={"z": 10.0, "y": 1.0, "x": -3.0},
-        axes_units={"z": "micrometer", "y": "micrometer", "x": "micrometer"},
-    )
-    multiscales = nz.to_multiscales(image, scale_factors=[2], method=nz.Methods.ITKWASM_BIN_SHRINK)
-    out = {}
-    for version in ("0.4", "0.5", "0.6"):
-        path = root / f"img-{version}.ome.zarr"
-        nz.to_ngff_zarr(str(path), multiscales, version=version)
-        out[version] = path
-    return out
+    """The same image written by ngff-zarr 0.50 in 0.4, 0.5 and 0.6: {version: path}.
+
+    Written afresh where ngff-zarr is importable; else the stores committed under
+    tests/data (the GPU host has no package index and cannot carry ngff-zarr), which
+    test_committed_ngff_zarr_stores_read_equal_to_fresh_ones keeps equal to fresh ones."""
+    if _ngff_zarr_available():
+        return write_stores(tmp_path_factory.mktemp("nz"))
+    stores = {v: store_path(STORES, v) for v in VERSIONS}
+    missing = [str(p) for p in stores.values() if not p.is_dir()]
+    if missing:
+        pytest.skip(f"ngff-zarr is not installed and the committed stores are missing: {missing}")
+    return stores
 
 
 def test_ngff_zarr_04_05_06_read_equal_on_every_device(ngff_zarr_images, device):
@@ -60,11 +75,32 @@ def test_ngff_zarr_04_05_06_read_equal_on_every_device(ngff_zarr_images, device)
             )
     six = images["0.6"]
     assert six.coordinate_system == "intrinsic"
-    assert img.scale(0) == (2.0, 0.5, 0.25) and img.translation(0) == (10.0, 1.0, -3.0)
+    assert six.scale(0) == (2.0, 0.5, 0.25) and six.translation(0) == (10.0, 1.0, -3.0)
     matrix = six.matrix(0)
     np.testing.assert_array_equal(np.diag(matrix)[:3], [2.0, 0.5, 0.25])
     np.testing.assert_array_equal(matrix[:3, 3], [10.0, 1.0, -3.0])
     assert six["scale0/image"] is six[0]
+
+
+def test_committed_ngff_zarr_stores_read_equal_to_fresh_ones(tmp_path):
+    # The fixture falls back to the committed stores where ngff-zarr is absent; they must
+    # hold what ngff-zarr writes today, or the GPU host would test a different image.
+    pytest.importorskip("ngff_zarr", reason="ngff-zarr writes the fresh stores to compare")
+    fresh = write_stores(tmp_path)
+    assert sorted(fresh) == sorted(VERSIONS) == ["0.4", "0.5", "0.6"]
+    for version in VERSIONS:
+        committed = lg.open_ome_zarr(store_path(STORES, version), device="cpu")
+        new = lg.open_ome_zarr(fresh[version], device="cpu")
+        assert committed.version == new.version == version
+        assert committed.axes == new.axes
+        assert len(committed) == len(new) == 2
+        for level in range(len(new)):
+            assert committed[level].path == new[level].path
+            assert committed.scale(level) == new.scale(level)
+            assert committed.translation(level) == new.translation(level)
+            assert committed[level].dtype == new[level].dtype
+            np.testing.assert_array_equal(committed[level][...], new[level][...])
+        np.testing.assert_array_equal(committed[0][...], _volume())
 
 
 @pytest.mark.parametrize(
@@ -99,6 +135,17 @@ def test_what_we_write_ngff_zarr_reads_back(tmp_path, version, shards):
         assert tuple(image.scale[d] for d in "zyx") == img.scale(level)
         assert tuple(image.translation[d] for d in "zyx") == img.translation(level)
     np.testing.assert_array_equal(img[0][...], data)
+    if version == "0.6":
+        import jsonschema
+
+        attrs = _attributes(tmp_path / "ours.ome.zarr")
+        assert attrs["ome"]["version"] == "0.6"
+        _validate(attrs, "image")
+        # The schema checks the transformations themselves: one without its output fails.
+        broken = json.loads(json.dumps(attrs))
+        del broken["ome"]["multiscales"][0]["datasets"][0]["coordinateTransformations"][0]["output"]
+        with pytest.raises(jsonschema.ValidationError):
+            _validate(broken, "image")
 
 
 def _store_with_level_transform(path, transform: dict, extra_arrays=None) -> np.ndarray:
@@ -137,7 +184,12 @@ def _store_with_level_transform(path, transform: dict, extra_arrays=None) -> np.
     return data
 
 
-AXIS_SWAP = [[0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0]]  # z <- y, y <- z: a rotation by 90 degrees
+# Swaps z and y: a reflection (determinant -1), so only an affine can express it.
+AXIS_SWAP = [[0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0]]
+# A proper rotation by 90 degrees in the z-y plane: z' = y, y' = -z.
+ROTATION_ZY = [[0, 1, 0], [-1, 0, 0], [0, 0, 1]]
+# Output axis i takes input axis MAP_AXIS[i]: (z, y, x) -> (x, z, y), no axis fixed.
+MAP_AXIS = [2, 0, 1]
 
 
 @pytest.mark.parametrize("stored", ["inline", "array"])
@@ -160,42 +212,112 @@ def test_a_level_placed_by_an_affine_exposes_its_matrix_and_resamples(tmp_path, 
     np.testing.assert_array_equal(to_numpy(out.data), data)
 
 
-def test_a_rotated_level_resamples_to_the_rotated_volume(tmp_path, device):
-    path = tmp_path / "rot.ome.zarr"
-    data = _store_with_level_transform(path, {"type": "affine", "affine": AXIS_SWAP})
+def _homogeneous(case: str) -> np.ndarray:
+    """The 4 x 4 matrix each placement case stands for, built from its JSON parameters."""
+    h = np.eye(4)
+    if case == "affine-swap":
+        h[:3] = AXIS_SWAP
+    elif case.startswith("rotation"):
+        h[:3, :3] = ROTATION_ZY
+    else:
+        h[:3, :3] = 0
+        h[np.arange(3), MAP_AXIS] = 1
+    return h
+
+
+def _reference_resample(data: np.ndarray, matrix: np.ndarray, start=(0, 0, 0)):
+    """Nearest-voxel resampling in numpy, independent of scipy and cupy: the region of
+    ``data`` that begins at index ``start``, placed by ``matrix``, sampled at unit spacing
+    on the grid spanning its corners. Returns (volume, origin)."""
+    start = np.asarray(start, dtype=float)
+    corners = np.array(
+        [
+            [a, b, c, 1.0]
+            for a in (0, data.shape[0] - 1)
+            for b in (0, data.shape[1] - 1)
+            for c in (0, data.shape[2] - 1)
+        ]
+    )
+    corners[:, :3] += start
+    points = corners @ matrix.T
+    low, high = points[:, :3].min(axis=0), points[:, :3].max(axis=0)
+    shape = tuple(int(n) + 1 for n in np.round(high - low))
+    grid = np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), axis=-1)
+    world = grid.reshape(-1, 3) + low
+    source = (np.linalg.inv(matrix) @ np.c_[world, np.ones(len(world))].T).T[:, :3]
+    index = np.rint(source - start).astype(int)
+    inside = np.all((index >= 0) & (index < data.shape), axis=1)
+    out = np.zeros(len(world), dtype=data.dtype)
+    out[inside] = data[tuple(index[inside].T)]
+    return out.reshape(shape), tuple(float(v) for v in low)
+
+
+PLACEMENTS = {
+    "affine-swap": ({"type": "affine", "affine": AXIS_SWAP}, None),
+    "rotation-inline": ({"type": "rotation", "rotation": ROTATION_ZY}, None),
+    "rotation-array": (
+        {"type": "rotation", "path": "params/rotation"},
+        {"params/rotation": ROTATION_ZY},
+    ),
+    "mapAxis": ({"type": "mapAxis", "mapAxis": MAP_AXIS}, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLACEMENTS))
+def test_a_rotated_or_permuted_level_resamples_to_the_expected_volume(tmp_path, case, device):
+    path = tmp_path / "placed.ome.zarr"
+    transform, arrays = PLACEMENTS[case]
+    data = _store_with_level_transform(path, transform, arrays)
     with pytest.warns(lg.MetadataWarning):
         img = lg.open_ome_zarr(path, device=device)
     assert not img.exact and not img[0].exact
     assert "placed by more than a scale" in repr(img)
-    out = img[0].resample(order=0)
-    assert out.data.shape == (6, 4, 8)
-    np.testing.assert_array_equal(to_numpy(out.data), np.swapaxes(data, 0, 1))
-    # a region of the level: the part of the rotated volume it covers
+    matrix = _homogeneous(case)
+    np.testing.assert_array_equal(img.matrix(0), matrix)
+    expected, origin = _reference_resample(data, matrix)
+    # the reference itself, against the volume written out by hand
+    by_hand = {
+        "affine-swap": np.swapaxes(data, 0, 1),
+        "rotation-inline": np.flip(data, 0).transpose(1, 0, 2),
+        "rotation-array": np.flip(data, 0).transpose(1, 0, 2),
+        "mapAxis": data.transpose(2, 0, 1),
+    }[case]
+    np.testing.assert_array_equal(expected, by_hand)
+    for order in (0, 1):  # both land on whole voxels, so linear interpolation is exact too
+        out = img[0].resample(order=order)
+        assert out.origin == origin and out.spacing == (1.0, 1.0, 1.0)
+        assert out.data.dtype == data.dtype
+        np.testing.assert_array_equal(to_numpy(out.data), expected)
+    # a region of the level: the part of the placed volume it covers
     part = img[0].resample(order=0, region=(slice(1, 3),))
-    np.testing.assert_array_equal(to_numpy(part.data), np.swapaxes(data[1:3], 0, 1))
-    assert part.origin == (0.0, 1.0, 0.0)
+    expected_part, part_origin = _reference_resample(data[1:3], matrix, start=(1, 0, 0))
+    assert part.origin == part_origin
+    np.testing.assert_array_equal(to_numpy(part.data), expected_part)
 
 
-def test_a_level_placed_by_a_displacement_field_refuses_to_resample(tmp_path):
+def _field_placement(kind: str) -> tuple[dict, dict]:
+    """A level placed by a scale, then a displacement or coordinate field stored at 'field'."""
+    transform = {
+        "type": "sequence",
+        "transformations": [
+            {"type": "scale", "scale": [1, 1, 1]},
+            {"type": kind, "path": "field", "interpolation": "linear"},
+        ],
+    }
+    return transform, {"field": np.zeros((4, 6, 8, 3))}
+
+
+@pytest.mark.parametrize("kind", ["displacements", "coordinates"])
+def test_a_level_placed_by_a_field_refuses_to_resample_naming_its_type(tmp_path, kind):
     path = tmp_path / "field.ome.zarr"
-    _store_with_level_transform(
-        path,
-        {
-            "type": "sequence",
-            "transformations": [
-                {"type": "scale", "scale": [1, 1, 1]},
-                {"type": "displacements", "path": "field", "interpolation": "linear"},
-            ],
-        },
-        {"field": np.zeros((4, 6, 8, 3))},
-    )
+    data = _store_with_level_transform(path, *_field_placement(kind))
     with pytest.warns(lg.MetadataWarning):
         img = lg.open_ome_zarr(path)
     assert img.matrix(0) is None
-    with pytest.raises(lg.UnsupportedTransformationError, match="displacements") as info:
+    with pytest.raises(lg.UnsupportedTransformationError, match=f"a {kind} transformation") as info:
         img[0].resample()
     assert isinstance(info.value, NotImplementedError)
-    np.testing.assert_array_equal(img[0][...].shape, (4, 6, 8))  # the voxels still read
+    np.testing.assert_array_equal(img[0][...], data)  # the voxels still read
 
 
 def test_bad_resample_arguments(tmp_path):
@@ -217,6 +339,17 @@ def test_labels_of_a_06_image(tmp_path):
     assert labels.version == "0.6"
     np.testing.assert_array_equal(labels[0][...], (_volume() % 3).astype("u1"))
     assert list(lg.open_ome_zarr(tmp_path / "l.ome.zarr").labels) == ["cells"]
+    # what was written, checked last: the schema check skips where ngff-zarr is absent
+    label_attrs = _attributes(tmp_path / "l.ome.zarr" / "labels" / "cells")
+    assert label_attrs["ome"]["version"] == "0.6"
+    assert label_attrs["ome"]["image-label"]["source"] == {"image": "../../"}
+    assert _attributes(tmp_path / "l.ome.zarr" / "labels")["ome"] == {
+        "version": "0.6",
+        "labels": ["cells"],
+    }
+    _validate(label_attrs, "label")
+    _validate(label_attrs, "image")  # a label image is a multiscale image as well
+    _validate(_attributes(tmp_path / "l.ome.zarr"), "image")
 
 
 def test_labels_of_an_image_placed_by_an_affine_are_refused(tmp_path):
@@ -263,3 +396,134 @@ def test_a_scene_lists_its_images_in_its_coordinate_system(tmp_path):
     np.testing.assert_array_equal(scene["tile1"][0][...], _volume(seed=5))
     with pytest.raises(lg.NotFoundError, match="tile9"):
         scene["tile9"]
+
+
+def _write_06_image(group: zarr.Group, seed: int) -> list[np.ndarray]:
+    """A two-level 0.6 image written into ``group`` by hand: level 's1' is 's0' taken every
+    second voxel in y and x. Returns the levels' data."""
+    full = _volume((4, 12, 16), seed=seed)
+    levels = [full, full[:, ::2, ::2]]
+    for name, data in zip(("s0", "s1"), levels, strict=True):
+        group.create_array(name, shape=data.shape, chunks=(2, 6, 8), dtype=data.dtype)[...] = data
+    axes = [{"name": a, "type": "space", "unit": "micrometer"} for a in "zyx"]
+    group.attrs.put(
+        {
+            "ome": {
+                "version": "0.6",
+                "multiscales": [
+                    {
+                        "name": f"field-{seed}",
+                        "coordinateSystems": [{"name": "physical", "axes": axes}],
+                        "datasets": [
+                            {
+                                "path": "s0",
+                                "coordinateTransformations": [
+                                    {
+                                        "type": "scale",
+                                        "scale": [1.0, 0.5, 0.5],
+                                        "input": {"path": "s0"},
+                                        "output": {"name": "physical"},
+                                    }
+                                ],
+                            },
+                            {
+                                "path": "s1",
+                                "coordinateTransformations": [
+                                    {
+                                        "type": "sequence",
+                                        "transformations": [
+                                            {"type": "scale", "scale": [1.0, 1.0, 1.0]},
+                                            {"type": "translation", "translation": [0, 0.25, 0.25]},
+                                        ],
+                                        "input": {"path": "s1"},
+                                        "output": {"name": "physical"},
+                                    }
+                                ],
+                            },
+                        ],
+                    }
+                ],
+            }
+        }
+    )
+    return levels
+
+
+def _write_06_plate(path) -> dict[tuple[str, int], list[np.ndarray]]:
+    """A 0.6 HCS plate written with zarr-python alone: rows A-B, columns 1-3, wells A/1 and
+    B/3 with two fields each. Returns {(well path, field): levels' data}."""
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    wells = {"A/1": (0, 0), "B/3": (1, 2)}
+    root.attrs.put(
+        {
+            "ome": {
+                "version": "0.6",
+                "plate": {
+                    "name": "screen",
+                    "rows": [{"name": "A"}, {"name": "B"}],
+                    "columns": [{"name": "1"}, {"name": "2"}, {"name": "3"}],
+                    "acquisitions": [{"id": 0, "name": "first"}],
+                    "field_count": 2,
+                    "wells": [
+                        {"path": p, "rowIndex": r, "columnIndex": c} for p, (r, c) in wells.items()
+                    ],
+                },
+            }
+        }
+    )
+    data = {}
+    for k, well_path in enumerate(wells):
+        well = root.create_group(well_path)
+        well.attrs.put(
+            {
+                "ome": {
+                    "version": "0.6",
+                    "well": {"images": [{"path": f, "acquisition": 0} for f in ("0", "1")]},
+                }
+            }
+        )
+        for field in range(2):
+            data[well_path, field] = _write_06_image(well.create_group(str(field)), 10 * k + field)
+    return data
+
+
+def test_a_06_plate_opens_and_its_wells_read_equal_on_every_device(tmp_path, device):
+    path = tmp_path / "plate.ome.zarr"
+    written = _write_06_plate(path)
+    plate = lg.open_ome_zarr(path, device=device)
+    assert isinstance(plate, lg.Plate) and plate.name == "screen"
+    assert plate.rows == ("A", "B") and plate.columns == ("1", "2", "3")
+    assert [w.path for w in plate.wells] == ["A/1", "B/3"]
+    for (well_path, field), levels in written.items():
+        well = plate[well_path]
+        assert isinstance(well, lg.Well) and len(well) == 2
+        assert [f.path for f in well.fields] == ["0", "1"]
+        img = well[field]
+        assert img.version == "0.6" and img.exact and img.axis_names == ("z", "y", "x")
+        assert [a.unit for a in img.axes] == ["micrometer"] * 3
+        assert img.scale(0) == (1.0, 0.5, 0.5) and img.translation(0) == (0.0, 0.0, 0.0)
+        assert img.scale(1) == (1.0, 1.0, 1.0) and img.translation(1) == (0.0, 0.25, 0.25)
+        assert len(img) == len(levels)
+        for level, data in enumerate(levels):
+            np.testing.assert_array_equal(to_numpy(img[level][...]), data)
+        row, column = well_path.split("/")
+        np.testing.assert_array_equal(
+            to_numpy(plate.image(row, column, field)[0][2:4, 3:9, 5:]), levels[0][2:4, 3:9, 5:]
+        )
+    # a well opened on its own is the same well
+    alone = lg.open_ome_zarr(path / "B" / "3", device=device)
+    assert isinstance(alone, lg.Well)
+    np.testing.assert_array_equal(to_numpy(alone[1][1][...]), written["B/3", 1][1])
+    with pytest.raises(lg.NotFoundError, match="A/2"):
+        plate["A/2"]
+
+
+def test_a_06_plate_we_read_is_valid_against_the_06_schema(tmp_path):
+    # The plate the test above reads is valid 0.6, so it tests 0.6 as the spec has it.
+    path = tmp_path / "plate.ome.zarr"
+    _write_06_plate(path)
+    _validate(_attributes(path), "plate")
+    for well_path in ("A/1", "B/3"):
+        _validate(_attributes(path / well_path), "well")
+        for field in ("0", "1"):
+            _validate(_attributes(path / well_path / field), "image")
