@@ -65,8 +65,8 @@ def _parser() -> argparse.ArgumentParser:
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="progress bars for convert (default: the LINUMPY_GPU_PROGRESS setting when set, "
-        "else on when stderr is a terminal)",
+        help="progress bars for convert, drawn only when stderr is a terminal (default: the "
+        "LINUMPY_GPU_PROGRESS setting when set, else on)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -1099,11 +1099,10 @@ def _copy_levels(
         )
         writer = ChunkedArrayWriter(array, backend, name=str(array.store_path), locking=False)
         plans.append((lv, writer, list(_blocks(lv.shape, s or c, lv.dtype.itemsize))))
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    from linumpy_gpu.progress import progress_bar
 
-        bar = tqdm(total=sum(len(p[2]) for p in plans), desc=f"copying {label}", unit="block")
+    total = sum(len(p[2]) for p in plans)
+    bar = progress_bar(progress, f"copying {label}", total=total, unit="block")
     try:
         for lv, writer, regions in plans:
             for region in regions:

@@ -4,7 +4,7 @@ coarser level from a finer one through the engine."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -146,23 +146,53 @@ def update_level(
     slab_bytes: int = 512 << 20,
 ) -> None:
     """Recompute ``writer``'s level from ``source`` (the next finer level) under ``region``
-    (slices in ``source`` coordinates; None = all), in slabs along the first axis."""
+    (slices in ``source`` coordinates; None = all), in slabs along the first axis.
+    ``bar``: a tqdm-like bar advanced per storage unit written."""
     reader = ChunkedArrayReader(source, backend)
-    shape = tuple(source.shape)
+    for src, dst in _slabs(source.shape, source.dtype.itemsize, factors, region, slab_bytes):
+        reduced = downsample(reader.read(src), factors, method)
+        writer.write(dst, reduced, progress=bar)
+
+
+def units_updated(
+    source: Any,
+    unit: Sequence[int],
+    factors: Sequence[int],
+    region: Any = None,
+    slab_bytes: int = 512 << 20,
+) -> int:
+    """How many storage units (``unit``: the coarser level's shard or chunk shape)
+    :func:`update_level` writes for the same arguments: a progress bar's total."""
+    total = 0
+    for _, dst in _slabs(source.shape, source.dtype.itemsize, factors, region, slab_bytes):
+        total += math.prod(-(-d.stop // u) - d.start // u for d, u in zip(dst, unit, strict=True))
+    return total
+
+
+def _slabs(
+    shape: Sequence[int],
+    itemsize: int,
+    factors: Sequence[int],
+    region: Any,
+    slab_bytes: int,
+) -> Iterator[tuple[tuple[slice, ...], tuple[slice, ...]]]:
+    """(source region, coarser-level region) pairs covering ``region`` (None = all) in
+    slabs along the first axis, each read of at most about ``slab_bytes``; source regions
+    start on multiples of ``factors``, so each reduces to whole coarser elements."""
     if region is None:
         region = tuple(slice(0, n) for n in shape)
     lo = [r.start // f * f for r, f in zip(region, factors, strict=True)]
     hi = [min(-(-r.stop // f) * f, n) for r, f, n in zip(region, factors, shape, strict=True)]
-    plane = math.prod(b - a for a, b in zip(lo[1:], hi[1:], strict=True)) * source.dtype.itemsize
+    plane = math.prod(b - a for a, b in zip(lo[1:], hi[1:], strict=True)) * itemsize
     step = max(factors[0], (slab_bytes // max(plane, 1)) // factors[0] * factors[0])
     for z in range(lo[0], hi[0], step):
         src = (
             slice(z, min(z + step, hi[0])),
             *(slice(a, b) for a, b in zip(lo[1:], hi[1:], strict=True)),
         )
-        reduced = downsample(reader.read(src), factors, method)
+        # downsample gives ceil(n / f) elements per axis
         dst = tuple(
-            slice(s.start // f, s.start // f + n)
-            for s, f, n in zip(src, factors, reduced.shape, strict=True)
+            slice(s.start // f, s.start // f + -(-(s.stop - s.start) // f))
+            for s, f in zip(src, factors, strict=True)
         )
-        writer.write(dst, reduced, progress=bar)
+        yield src, dst

@@ -210,18 +210,27 @@ class ChunkedArrayReader:
             )
         return result
 
-    def read_regions(self, regions: Sequence[Any]) -> list[Any]:
+    def read_regions(self, regions: Sequence[Any], progress: Any = None) -> list[Any]:
         """Read several regions at once: every chunk they touch is fetched and decoded once,
         in shared batches (tile pipelines: many small regions keep the GPU busy together
-        where one at a time would not), then placed into each region's result."""
+        where one at a time would not), then placed into each region's result.
+        ``progress``: a tqdm-like bar, advanced per chunk decoded (per region where the
+        array is read through zarr-python)."""
         layout = self.layout
         sels = [normalize_selection(r, layout.shape) for r in regions]
         if layout.delegate_reason is not None or not sels:
-            return [self.read(s) for s in sels]
+            if progress is not None:
+                progress.reset(total=len(sels))
+            results = []
+            for s in sels:
+                results.append(self.read(s))
+                if progress is not None:
+                    progress.update(1)
+            return results
         self._read_serial += 1
         self.check_unchanged()
         with translated_errors(self.name, "array"):
-            return self._read_regions(sels)
+            return self._read_regions(sels, progress)
 
     def check_unchanged(self) -> None:
         """Refuse to read or write through metadata that is no longer the array's: the
@@ -238,7 +247,7 @@ class ChunkedArrayReader:
         versions = getattr(self.source, "versions", None)
         return list(versions(keys)) if versions is not None else [None] * len(keys)
 
-    def _read_regions(self, sels: list[Selection]) -> list[Any]:
+    def _read_regions(self, sels: list[Selection], progress: Any) -> list[Any]:
         layout = self.layout
         works = [self.backend.empty(s.full_shape, layout.dtype) for s in sels]
         targets = _SharedChunks()
@@ -253,7 +262,11 @@ class ChunkedArrayReader:
         out_nbytes = sum(s.size for s in sels) * layout.dtype.itemsize
         whole_level = any(s.size == math.prod(layout.shape) for s in sels)
         batches = self._batches(unique, None, out_nbytes, whole_level)
-        _, profile["batches"] = self._run_batches(batches, unique, targets, profile, None, "raise")
+        if progress is not None:
+            progress.reset(total=len(unique))
+        _, profile["batches"] = self._run_batches(
+            batches, unique, targets, profile, progress, "raise"
+        )
         self.backend.finish()
         profile["chunks"] = len(unique)
         self.last_profile = profile

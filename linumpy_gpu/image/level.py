@@ -13,6 +13,7 @@ from linumpy_gpu.core.types import NDArray
 from linumpy_gpu.engine import ChunkedArrayReader
 from linumpy_gpu.errors import StorePermissionError
 from linumpy_gpu.image._common import format_bytes
+from linumpy_gpu.progress import progress_bar
 
 if TYPE_CHECKING:
     import dask.array
@@ -151,20 +152,31 @@ class Level:
         index = () if region is None else region
         if progress is None:
             progress = self._reader.settings.progress
-        if not progress:
+        bar = progress_bar(progress, f"reading {self._label()}", unit="chunk")
+        if bar is None:
             return self._reader.read(index, out, on_damaged=on_damaged)
-        from tqdm.auto import tqdm
-
-        with tqdm(desc=f"reading {self.image.name or 'level'} [{self.index}]", unit="chunk") as bar:
+        with bar:
             return self._reader.read(index, out, progress=bar, on_damaged=on_damaged)
 
     def __getitem__(self, index: Any) -> NDArray:
         return self._reader.read(index)
 
-    def read_regions(self, regions: Iterable[Any]) -> list[NDArray]:
+    def read_regions(
+        self, regions: Iterable[Any], *, progress: bool | None = None
+    ) -> list[NDArray]:
         """Read many regions in one go (each touched chunk decoded once, in shared
-        batches): the fast way to pull a set of tiles."""
-        return self._reader.read_regions(list(regions))
+        batches): the fast way to pull a set of tiles. ``progress``: a progress bar
+        (default: the ``progress`` setting)."""
+        if progress is None:
+            progress = self._reader.settings.progress
+        bar = progress_bar(progress, f"reading {self._label()}", unit="chunk")
+        if bar is None:
+            return self._reader.read_regions(list(regions))
+        with bar:
+            return self._reader.read_regions(list(regions), progress=bar)
+
+    def _label(self) -> str:
+        return f"{self.image.name or 'level'} [{self.index}]"
 
     def __setitem__(self, region: Any, value: Any) -> None:
         """Write ``value`` into ``region`` (integers and step-1 slices) of this level. The

@@ -21,6 +21,7 @@ from linumpy_gpu.errors import (
 from linumpy_gpu.image._common import as_slices, format_bytes, join
 from linumpy_gpu.image.level import Level
 from linumpy_gpu.io.stores import translated_errors
+from linumpy_gpu.progress import progress_bar
 
 if TYPE_CHECKING:
     import dask.array
@@ -204,13 +205,18 @@ class MultiscaleImage:
         :meth:`Level.to_dask` for ``chunks``)."""
         return self[level].to_dask(chunks)
 
-    def update_pyramid(self, region: Any = None, method: str | None = None) -> None:
+    def update_pyramid(
+        self, region: Any = None, method: str | None = None, *, progress: bool | None = None
+    ) -> None:
         """Recompute the lower levels under ``region`` of level 0 (slices; None = all),
         after region writes into level 0. ``method`` defaults to the one the metadata
-        records (``type``), else "mean"."""
-        from linumpy_gpu.engine.pyramid import METHODS, update_level
+        records (``type``), else "mean". ``progress``: a progress bar (default: the
+        ``progress`` setting)."""
+        from linumpy_gpu.engine.pyramid import METHODS, units_updated, update_level
 
         method = method or (self.meta.type if self.meta.type in METHODS else "mean")
+        if progress is None:
+            progress = self.levels[0]._reader.settings.progress
         shape0 = self.levels[0].shape
         current = (
             tuple(slice(0, n) for n in shape0)
@@ -220,17 +226,31 @@ class MultiscaleImage:
                 for s, n in zip(as_slices(region, len(shape0)), shape0, strict=True)
             )
         )
+        steps = []
         for i in range(1, len(self.levels)):
             finer, coarser = self.levels[i - 1], self.levels[i]
             factors = tuple(
                 max(1, round(a / b)) for a, b in zip(finer.shape, coarser.shape, strict=True)
             )
-            update_level(
-                finer.zarr_array, coarser._writer(), factors, method, self.backend, current
-            )
+            steps.append((finer, coarser, factors, current))
             current = tuple(
                 slice(s.start // f, -(-s.stop // f)) for s, f in zip(current, factors, strict=True)
             )
+        bar = None
+        if progress and steps:
+            total = sum(
+                units_updated(finer.zarr_array, coarser.shards or coarser.chunks, f, where)
+                for finer, coarser, f, where in steps
+            )
+            bar = progress_bar(True, f"updating {self.name or 'pyramid'}", total=total)
+        try:
+            for finer, coarser, factors, where in steps:
+                update_level(
+                    finer.zarr_array, coarser._writer(), factors, method, self.backend, where, bar
+                )
+        finally:
+            if bar is not None:
+                bar.close()
 
     def _repr_html_(self) -> str:
         """An HTML summary for Jupyter: levels, axes, channels, labels and a thumbnail (see

@@ -74,6 +74,8 @@ def write_ome_zarr(
     ``method``: "mean" (intensities; partial edge blocks averaged over what they hold),
     "gaussian", "nearest" or "mode" (labels). ``device``: where the pyramid is computed and
     chunks are compressed: "auto" (the GPU for cupy input, else the CPU), "cpu", "gpu".
+    ``progress``: a progress bar while the levels are written, shown on a terminal or in a
+    notebook (default: the ``progress`` setting).
 
     An existing store at ``path`` is replaced only with ``overwrite=True``, and only if it
     is a zarr store (or an empty folder): a local one is built beside it and swapped in when

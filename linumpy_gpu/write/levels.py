@@ -12,6 +12,7 @@ import numpy as np
 from linumpy_gpu.engine.pyramid import downsample, update_level
 from linumpy_gpu.engine.writer import ChunkedArrayWriter
 from linumpy_gpu.errors import LinumpyGpuError, WriteError
+from linumpy_gpu.progress import progress_bar
 from linumpy_gpu.write.plan import ImagePlan
 
 # Marks a group whose write has not finished: until the metadata lands it does not open.
@@ -116,12 +117,8 @@ def _write_dask(writer: Any, data: Any, bar: Any) -> None:
 
 
 def _progress_bar(progress: bool, plan: ImagePlan, label: str) -> Any:
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
-
     unit = plan.shards or plan.chunks
     total = sum(
         math.prod(-(-n // min(c, n)) for n, c in zip(s, unit, strict=True)) for s in plan.shapes
     )
-    return tqdm(total=total, desc=f"writing {label}", unit="unit")
+    return progress_bar(progress, f"writing {label}", total=total, unit="unit")

@@ -16,6 +16,7 @@ import zarr
 import linumpy_gpu as lg
 from linumpy_gpu.cli import _bench_region, _blocks, _layout, main
 from tests.helpers.safety import snapshot
+from tests.helpers.terminal import stderr_on_terminal
 
 
 def _volume(shape=(2, 20, 70, 90), seed=0, dtype="u2") -> np.ndarray:
@@ -509,19 +510,27 @@ def test_convert_failing_midway_leaves_nothing_behind(image_path, tmp_path, caps
     ],
 )
 def test_convert_progress_follows_the_flag_then_the_environment(
-    image_path, tmp_path, capsys, monkeypatch, flag, env, expected
+    image_path, tmp_path, monkeypatch, flag, env, expected
 ):
     if env is not None:
         monkeypatch.setenv("LINUMPY_GPU_PROGRESS", env)
+    terminal = stderr_on_terminal(monkeypatch)
     dst = tmp_path / "p.zarr"
     assert main([*flag, "convert", str(image_path), str(dst)]) == 0
-    err = capsys.readouterr().err
+    err = terminal.getvalue()
     assert ("writing" in err or "copying" in err) is expected
 
 
-def test_progress_flag_after_the_subcommand(image_path, tmp_path, capsys):
+def test_progress_flag_after_the_subcommand(image_path, tmp_path, monkeypatch):
+    terminal = stderr_on_terminal(monkeypatch)
     assert main(["convert", str(image_path), str(tmp_path / "p.zarr"), "--progress"]) == 0
-    assert "copying" in capsys.readouterr().err
+    assert "copying" in terminal.getvalue()
+
+
+def test_convert_progress_is_quiet_off_a_terminal(image_path, tmp_path, capfd):
+    dst = str(tmp_path / "p.zarr")
+    assert main(["convert", str(image_path), dst, "--progress", "--device", "cpu"]) == 0
+    assert capfd.readouterr().err == ""
 
 
 def test_layout_defaults():

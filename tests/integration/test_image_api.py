@@ -12,6 +12,7 @@ import zarr
 import linumpy_gpu as lg
 from linumpy_gpu.sample import write_sample
 from tests.conftest import gpu_available, to_numpy
+from tests.helpers.terminal import stderr_on_terminal
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,48 @@ def test_to_dask_equals_direct_read(sample):
 def test_progress_bar_read(sample, capsys):
     img = lg.open_ome_zarr(sample)
     np.testing.assert_array_equal(img[0].read(progress=True), img[0][:])
+
+
+def _read_write_and_update(src, dst):
+    """One of each call that can show a bar, with progress left to the setting."""
+    img = lg.open_ome_zarr(src)
+    full = img[0].read()
+    tiles = img[0].read_regions([(slice(0, 32),) * 3, (slice(16, 48),) * 3])
+    out = lg.write_ome_zarr(dst, full[:40], axes="zyx", levels=2, device="cpu")
+    writable = lg.open_ome_zarr(dst, mode="r+")
+    writable.update_pyramid((slice(0, 8),))
+    return full, tiles, out
+
+
+def test_progress_setting_is_quiet_off_a_terminal(sample, tmp_path, capfd):
+    with lg.config.set(progress=True):
+        full, tiles, _ = _read_write_and_update(sample, tmp_path / "out.ome.zarr")
+    np.testing.assert_array_equal(tiles[1], full[16:48, 16:48, 16:48])
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
+
+
+def test_progress_setting_draws_bars_on_a_terminal(sample, tmp_path, monkeypatch):
+    terminal = stderr_on_terminal(monkeypatch)
+    with lg.config.set(progress=True):
+        _read_write_and_update(sample, tmp_path / "out.ome.zarr")
+    shown = terminal.getvalue()
+    assert shown.count("reading sample-oct [0]") >= 2  # read and read_regions
+    assert "writing out.ome.zarr" in shown
+    # the pyramid update's bar ends full: its total counts what it writes
+    assert any("updating" in part and "100%" in part for part in shown.split("\r"))
+
+
+def test_progress_false_draws_nothing_even_on_a_terminal(sample, tmp_path, monkeypatch):
+    terminal = stderr_on_terminal(monkeypatch)
+    with lg.config.set(progress=True):
+        img = lg.open_ome_zarr(sample)
+        img[0].read(progress=False)
+        img[0].read_regions([(slice(0, 8),) * 3], progress=False)
+        dst = tmp_path / "o.zarr"
+        lg.write_ome_zarr(dst, np.zeros((8, 8), "u1"), levels=2, device="cpu", progress=False)
+        lg.open_ome_zarr(dst, mode="r+").update_pyramid(progress=False)
+    assert terminal.getvalue() == ""
 
 
 def test_missing_path_and_non_ome(tmp_path):

@@ -1,8 +1,8 @@
 """The package's layers import downward only, and no modules import one another in a cycle.
 
 API -> image / write (front ends) -> ngff (metadata) -> engine -> backends -> nvCOMP and
-kvikio wrappers, all of them on the foundation (errors, config, codecs, core, io). Imports
-inside functions count; imports only for type checkers do not.
+kvikio wrappers, all of them on the foundation (errors, config, progress, codecs, core,
+io). Imports inside functions count; imports only for type checkers do not.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "linumpy_gpu"
 
 # (rank, module prefixes): a module may import modules of its own rank or below.
 LAYERS = [
-    (0, ["errors", "config", "_version", "codecs", "core", "io"]),
+    (0, ["errors", "config", "_version", "codecs", "core", "io", "progress"]),
     (1, ["gpu.nvcomp", "gpu.kernels", "gpu.deps", "gpu.pinned"]),
     (
         2,
