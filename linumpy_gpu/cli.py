@@ -666,15 +666,17 @@ def _convert(args: argparse.Namespace) -> int:
             f"'{src.path}' places its levels by more than a scale and a translation; only "
             "the scale and translation are carried over"
         )
+    # progress bars name DST as the user gave it, not the folder it is built in
+    name = os.path.basename(target.rstrip("/")) or target
     t0 = time.perf_counter()
     try:
         if local:
             # built whole beside DST and swapped in at the end: DST stays as it was until
             # the new store is complete, and a failed convert leaves nothing behind
             with built_beside(target, args.overwrite) as staging:
-                _, copy, n_labels = _convert_into(staging, True, src, args, progress)
+                _, copy, n_labels = _convert_into(staging, True, src, args, progress, name)
         else:
-            _, copy, n_labels = _convert_into(target, args.overwrite, src, args, progress)
+            _, copy, n_labels = _convert_into(target, args.overwrite, src, args, progress, name)
     except LinumpyGpuError:
         raise
     except Exception as exc:
@@ -697,10 +699,16 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _convert_into(
-    dst: str, overwrite: bool, src: MultiscaleImage, args: argparse.Namespace, progress: bool
+    dst: str,
+    overwrite: bool,
+    src: MultiscaleImage,
+    args: argparse.Namespace,
+    progress: bool,
+    store_name: str,
 ) -> tuple[int, bool, int]:
     """Write ``src`` as the image at ``dst``; returns the number of levels, whether the
-    lower levels were copied, and the number of label images."""
+    lower levels were copied, and the number of label images. ``store_name`` labels the
+    progress bars."""
     from linumpy_gpu.write import write_labels, write_ome_zarr
 
     chunks, shards = _layout(src, args.chunks, args.shards, args.ngff_version)
@@ -735,6 +743,7 @@ def _convert_into(
         overwrite=overwrite,
         device=args.device,
         progress=progress,
+        _progress_label=store_name,
     )
     # lower levels copied (image and labels) under a write-in-progress mark, metadata last
     written = []
@@ -776,11 +785,17 @@ def _convert_into(
         if copy and n_label > 1:
             label_group.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
             _copy_levels(
-                label, label_group, label_chunks, None, progress, f"labels/{name}", n_label
+                label,
+                label_group,
+                label_chunks,
+                None,
+                progress,
+                f"{store_name}/labels/{name}",
+                n_label,
             )
         _finish_metadata(label_group, where, label, args.ngff_version, copy, n_label)
     if copy and n > 1:
-        _copy_levels(src, group, chunks, shards, progress, os.path.basename(out.path), n)
+        _copy_levels(src, group, chunks, shards, progress, store_name, n)
     _finish_metadata(group, out.path, src, args.ngff_version, copy, n)
     return n, copy, len(written)
 

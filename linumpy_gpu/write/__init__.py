@@ -61,6 +61,7 @@ def write_ome_zarr(
     progress: bool | None = None,
     storage_options: dict[str, Any] | None = None,
     _extra_block: dict[str, Any] | None = None,
+    _progress_label: str | None = None,
 ) -> MultiscaleImage:
     """Write ``data`` (numpy, cupy or dask, 2- to 5-D) as an OME-Zarr multiscale image and
     return it opened.
@@ -111,10 +112,18 @@ def write_ome_zarr(
         target = location.local_root
         _check_destination(target, overwrite)
         with built_beside(target, overwrite) as staging:
-            write_image(_local_group(staging, plan), data, plan, backend, progress, target)
+            write_image(
+                _local_group(staging, plan),
+                data,
+                plan,
+                backend,
+                progress,
+                target,
+                _progress_label,
+            )
         return open_image(target, device=backend)
     root = _remote_group(location.store, "", plan, overwrite, location.where)
-    write_image(root, data, plan, backend, progress, location.where)
+    write_image(root, data, plan, backend, progress, location.where, _progress_label)
     if location.protocol is not None:
         return open_image(path, device=backend, storage_options=storage_options)
     return open_image(location.store, device=backend)

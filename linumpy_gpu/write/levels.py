@@ -20,12 +20,19 @@ INCOMPLETE_MARKER = "linumpy_gpu"
 
 
 def write_image(
-    root: Any, data: Any, plan: ImagePlan, backend: Any, progress: bool, where: str
+    root: Any,
+    data: Any,
+    plan: ImagePlan,
+    backend: Any,
+    progress: bool,
+    where: str,
+    label: str | None = None,
 ) -> None:
     """Every level of ``data`` into the group ``root``, then its metadata (last: until it
-    lands, the group does not open as an OME-Zarr image)."""
+    lands, the group does not open as an OME-Zarr image). ``label`` names the write on the
+    progress bar (default: the last part of ``where``)."""
     root.attrs.put({INCOMPLETE_MARKER: {"write_in_progress": True}})
-    bar = _progress_bar(progress, plan, os.path.basename(where))
+    bar = _progress_bar(progress, plan, label or os.path.basename(where))
     written: list[str] = []
     try:
         arrays = [_create_level(root, i, shape, plan) for i, shape in enumerate(plan.shapes)]

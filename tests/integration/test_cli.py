@@ -527,6 +527,16 @@ def test_progress_flag_after_the_subcommand(image_path, tmp_path, monkeypatch):
     assert "copying" in terminal.getvalue()
 
 
+def test_convert_progress_bars_name_the_destination(image_path, tmp_path, monkeypatch):
+    terminal = stderr_on_terminal(monkeypatch)
+    assert main(["convert", str(image_path), str(tmp_path / "p.zarr"), "--progress"]) == 0
+    err = terminal.getvalue()
+    # the store is built in a hidden folder beside p.zarr; the bars name p.zarr itself
+    assert "writing p.zarr" in err and "copying p.zarr" in err
+    assert "copying p.zarr/labels/nuclei" in err
+    assert "partial" not in err
+
+
 def test_convert_progress_is_quiet_off_a_terminal(image_path, tmp_path, capfd):
     dst = str(tmp_path / "p.zarr")
     assert main(["convert", str(image_path), dst, "--progress", "--device", "cpu"]) == 0
