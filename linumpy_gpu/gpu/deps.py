@@ -7,9 +7,10 @@ from functools import lru_cache
 
 from linumpy_gpu.errors import GpuUnavailableError
 
+# linumpy-gpu is not on PyPI: the extras install from a clone of the repository
 INSTALL_HINT = (
-    "install the GPU extra that matches your CUDA driver: "
-    "pip install 'linumpy-gpu[cu13]' (CUDA 13) or 'linumpy-gpu[cu12]' (CUDA 12)"
+    "install the GPU extra that matches your CUDA driver, in the folder of your clone of "
+    'linumpy_gpu: pip install -e ".[cu13]" (CUDA 13) or pip install -e ".[cu12]" (CUDA 12)'
 )
 
 

@@ -159,7 +159,7 @@ def test_bad_device_name(sample):
 def test_gpu_entry_point_without_gpu_names_what_is_missing(sample):
     with pytest.raises(lg.GpuUnavailableError) as info:
         lg.open_ome_zarr_gpu(sample)
-    assert "cupy" in str(info.value) and "linumpy-gpu[cu13]" in str(info.value)
+    assert "cupy" in str(info.value) and 'pip install -e ".[cu13]"' in str(info.value)
     with pytest.warns(lg.DeviceFallbackWarning):
         img = lg.open_ome_zarr(sample, device="auto")
     assert img.device == "cpu" and isinstance(img[0][0], np.ndarray)
