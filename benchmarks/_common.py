@@ -769,7 +769,7 @@ def gpu_check() -> str:
         raise SystemExit(
             f"--device gpu: no usable GPU on this machine ({reason}).\n"
             "Run with --device cpu, or on a machine with an NVIDIA GPU and "
-            'pip install "linumpy-gpu[cu12]" (or [cu13]).'
+            'pip install -e ".[cu13]" (or ".[cu12]") from a clone of the repository.'
         )
     return proc.stdout.strip()
 
