@@ -93,3 +93,17 @@ def test_cli_inspect_and_info(tmp_path, capsys):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert "linumpy-gpu" in out and "zarr" in out
+
+
+@pytest.mark.parametrize(
+    ("shape", "levels"), [((2, 1000, 700), 3), ((1, 256, 256), 1), ((2, 2048, 300), 4)]
+)
+def test_a_pyramid_by_default_down_to_a_256_tile(tmp_path, shape, levels):
+    """Without ``levels``, every spatial axis is halved until the last two fit 256 x 256."""
+    data = np.zeros(shape, dtype="u1")
+    img = write_ome_zarr(tmp_path / "p.zarr", data, axes="zyx")
+    assert len(img) == levels
+    assert max(img[-1].shape[-2:]) <= 256
+    if levels > 1:
+        assert max(img[-2].shape[-2:]) > 256
+    assert img.scale(levels - 1)[-1] == 2.0 ** (levels - 1)
