@@ -209,11 +209,11 @@ def _group_layout(
     splits = np.full(n_blocks, typesize if split_all else 1, dtype=np.int64)
     splits[sizes != blocksize] = 1
     pos = data.le32(rows, HEADER_BYTES + 4 * np.arange(n_blocks, dtype=np.int64)[None, :])
-    starts = np.zeros((rows.size, n_blocks, int(splits.max())), dtype=np.int64)
+    starts = np.zeros((rows.size, n_blocks, int(np.max(splits))), dtype=np.int64)
     stored = np.zeros_like(starts)
     bad = np.zeros(rows.size, dtype=bool)
     limit = cbytes[:, None]
-    for j in range(int(splits.max())):  # stream j of every block of every frame at once
+    for j in range(int(np.max(splits))):  # stream j of every block of every frame at once
         cols = np.flatnonzero(splits > j)
         at = pos[:, cols]
         outside = ((at < table_end) | (at > limit - 4)).any(axis=1) & ~bad

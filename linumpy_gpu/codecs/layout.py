@@ -32,8 +32,8 @@ class FrameBytes:
             dtype=np.int64,
             count=len(frames),
         )
-        lo = int(address[self.size > 0].min()) if (self.size > 0).any() else 0
-        hi = int((address + self.size)[self.size > 0].max()) if (self.size > 0).any() else 0
+        lo = int(np.min(address[self.size > 0])) if (self.size > 0).any() else 0
+        hi = int(np.max((address + self.size)[self.size > 0])) if (self.size > 0).any() else 0
         self._offset = address - lo
         self._space = np.asarray(_Span(lo, max(hi - lo, 0)))
 
