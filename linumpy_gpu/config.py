@@ -49,14 +49,25 @@ class Settings:
     host_threads: int | None = None
     """Host threads that decode small GPU reads faster than one nvCOMP batch would (None:
     all cores but two; 0: nvCOMP only)."""
+    memory: str = "auto"
+    """How much device memory a GPU read may hold besides its output: ``"auto"`` takes up
+    to half of what is free once the output is allocated (within ``memory_cap``), for
+    large nvCOMP batches; ``"tight"`` keeps to ``scratch_fraction`` of the output (at
+    least ``scratch_floor``), for a GPU shared with other work. Both refuse a read only
+    when the tight bound does not fit, and an ``"auto"`` read that runs out of memory
+    midway (other work took it) is done again under the tight bound."""
+    memory_cap: int | None = None
+    """With ``memory="auto"``, the most device memory a read may hold besides its output,
+    in bytes (None: no cap but half of what is free)."""
     scratch_fraction: float = 0.25
-    """Device memory a full-level GPU read may hold besides its output, as a fraction of
-    the output (larger: larger nvCOMP batches, faster reads)."""
+    """With ``memory="tight"``, device memory a full-level GPU read may hold besides its
+    output, as a fraction of the output."""
     scratch_floor: int = 1 << 30
     """The least device memory a GPU read may hold besides its output, in bytes."""
     region_scratch: int | None = None
-    """The most device memory a GPU read of part of a level may hold besides its output
-    (None: 1/16 of the device's memory, at most 8 GiB), within half of what is free."""
+    """With ``memory="tight"``, the most device memory a GPU read of part of a level may
+    hold besides its output (None: 1/16 of the device's memory, at most 8 GiB), within half
+    of what is free."""
     nvcomp_library: str | None = None
     """Path of libnvcomp.so to load (None: the nvidia-libnvcomp wheel, then the system)."""
 
@@ -87,11 +98,15 @@ _SPEC: dict[str, tuple[str, float]] = {
     "read_ahead_bytes": ("int", 0),
     "pinned_bytes": ("int", 1 << 20),
     "host_threads": ("int?", 0),
+    "memory": ("choice", 0),
+    "memory_cap": ("int?", 0),
     "scratch_fraction": ("float", 0),
     "scratch_floor": ("int", 0),
     "region_scratch": ("int?", 0),
     "nvcomp_library": ("str?", 0),
 }
+# the values a "choice" setting takes
+_CHOICES: dict[str, tuple[str, ...]] = {"memory": ("auto", "tight")}
 
 
 def names() -> list[str]:
@@ -130,6 +145,7 @@ def _check(name: str, value: Any) -> Any:
         "int": isinstance(value, int) and not isinstance(value, bool),
         "float": isinstance(value, int | float) and not isinstance(value, bool),
         "str": isinstance(value, str) and bool(value),
+        "choice": value in _CHOICES.get(name, ()),
     }[kind]
     if ok and kind in ("int", "float") and not value >= minimum:  # also refuses nan
         ok = False
@@ -137,6 +153,8 @@ def _check(name: str, value: Any) -> Any:
         bound = {"int": f" >= {int(minimum)}", "float": f" >= {minimum:g}"}.get(kind, "")
         nothing = " or None" if optional else ""
         noun = {"bool": "True or False", "int": "an integer", "float": "a number"}.get(kind, "text")
+        if kind == "choice":
+            noun = " or ".join(repr(c) for c in _CHOICES[name])
         raise ConfigError(f"setting {name} must be {noun}{bound}{nothing}, got {value!r}")
     return float(value) if kind == "float" else value
 

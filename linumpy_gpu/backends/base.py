@@ -180,9 +180,12 @@ class BatchMemory:
         copy-job tables); the engine keeps it out of that buffer so the budget holds."""
         return 0
 
-    def scratch_budget(self, out_nbytes: int, whole_level: bool = True) -> int | None:
+    def scratch_budget(
+        self, out_nbytes: int, whole_level: bool = True, tight: bool = False
+    ) -> int | None:
         """Most memory a read of ``out_nbytes`` may hold besides its output (None: no cap);
-        ``whole_level``: the read is a full level (device backends bound those tighter)."""
+        ``whole_level``: the read is a full level; ``tight``: the read is done again after
+        running out of memory, under the backend's tightest bound."""
         return None
 
     def reserve_for_read(self, out_nbytes: int, batch_bytes: int) -> None:

@@ -140,10 +140,11 @@ class ChunkedArrayReader:
             self.backend.check_out(out, sel.shape, layout.dtype)
         self._read_serial += 1
         self.check_unchanged()
-        try:
+
+        def attempt(tight: bool) -> Any:
             with translated_errors(self.name, "array"):
                 try:
-                    return self._read(sel, out, progress, on_damaged)
+                    return self._read(sel, out, progress, on_damaged, tight)
                 except ChunkDecodeError:
                     # an index and its shard from different versions (a writer replaced the
                     # shard between the two, where the store cannot tell versions): once
@@ -152,14 +153,35 @@ class ChunkedArrayReader:
                         raise
                     self._read_serial += 1
                     self._forget_indexes(list(self._index_cache))
-                    return self._read(sel, out, progress, on_damaged)
+                    return self._read(sel, out, progress, on_damaged, tight)
+
+        whole_level = sel.size == math.prod(layout.shape)
+        return self._within_memory(attempt, sel.size * layout.dtype.itemsize, whole_level)
+
+    def _within_memory(self, attempt: Any, out_nbytes: int, whole_level: bool) -> Any:
+        """``attempt(tight=False)``; where it runs out of memory midway (other work took
+        what was free when it started) and the backend has a tighter bound, once more under
+        that bound; a typed out-of-memory error otherwise."""
+        try:
+            return attempt(False)
         except MemoryError as exc:
             if isinstance(exc, LinumpyGpuError):
                 raise
-            nbytes = sel.size * layout.dtype.itemsize
-            raise self.memory.memory_error(nbytes, self._batch_bytes(nbytes)) from exc
+            tight = self.memory.scratch_budget(out_nbytes, whole_level, True)
+            roomy = self.memory.scratch_budget(out_nbytes, whole_level)
+            if tight is None or roomy is None or tight >= roomy:
+                raise self.memory.memory_error(out_nbytes, self._batch_bytes(out_nbytes)) from exc
+        # outside the handler, so the first attempt's buffers go with its traceback
+        try:
+            return attempt(True)
+        except MemoryError as exc:
+            if isinstance(exc, LinumpyGpuError):
+                raise
+            raise self.memory.memory_error(out_nbytes, self._batch_bytes(out_nbytes)) from exc
 
-    def _read(self, sel: Selection, out: Any, progress: Any, on_damaged: str) -> Any:
+    def _read(
+        self, sel: Selection, out: Any, progress: Any, on_damaged: str, tight: bool = False
+    ) -> Any:
         layout = self.layout
         if out is not None:
             work, result = sel.writable_full_view(out), out
@@ -188,7 +210,8 @@ class ChunkedArrayReader:
             )
             geometry = output_geometry(plan, work, layout.chunk_shape, layout.dtype.itemsize, plain)
         out_nbytes = sel.size * layout.dtype.itemsize
-        batches = self._batches(plan, geometry, out_nbytes, sel.size == math.prod(layout.shape))
+        whole_level = sel.size == math.prod(layout.shape)
+        batches = self._batches(plan, geometry, out_nbytes, whole_level, tight)
         profile["plan"] = time.perf_counter() - t_start
         if progress is not None:
             progress.reset(total=len(plan))
@@ -229,8 +252,15 @@ class ChunkedArrayReader:
             return results
         self._read_serial += 1
         self.check_unchanged()
-        with translated_errors(self.name, "array"):
-            return self._read_regions(sels, progress)
+
+        def attempt(tight: bool) -> list[Any]:
+            with translated_errors(self.name, "array"):
+                return self._read_regions(sels, progress, tight)
+
+        out_nbytes = sum(s.size for s in sels) * layout.dtype.itemsize
+        whole_level = any(s.size == math.prod(layout.shape) for s in sels)
+        result: list[Any] = self._within_memory(attempt, out_nbytes, whole_level)
+        return result
 
     def check_unchanged(self) -> None:
         """Refuse to read or write through metadata that is no longer the array's: the
@@ -247,7 +277,7 @@ class ChunkedArrayReader:
         versions = getattr(self.source, "versions", None)
         return list(versions(keys)) if versions is not None else [None] * len(keys)
 
-    def _read_regions(self, sels: list[Selection], progress: Any) -> list[Any]:
+    def _read_regions(self, sels: list[Selection], progress: Any, tight: bool = False) -> list[Any]:
         layout = self.layout
         works = [self.backend.empty(s.full_shape, layout.dtype) for s in sels]
         targets = _SharedChunks()
@@ -261,7 +291,7 @@ class ChunkedArrayReader:
         profile = _new_profile()
         out_nbytes = sum(s.size for s in sels) * layout.dtype.itemsize
         whole_level = any(s.size == math.prod(layout.shape) for s in sels)
-        batches = self._batches(unique, None, out_nbytes, whole_level)
+        batches = self._batches(unique, None, out_nbytes, whole_level, tight)
         if progress is not None:
             progress.reset(total=len(unique))
         _, profile["batches"] = self._run_batches(
@@ -347,7 +377,12 @@ class ChunkedArrayReader:
         return self.memory.batch_bytes(read_nbytes)
 
     def _batches(
-        self, tasks: ChunkPlan, geometry: Any, out_nbytes: int, whole_level: bool
+        self,
+        tasks: ChunkPlan,
+        geometry: Any,
+        out_nbytes: int,
+        whole_level: bool,
+        tight: bool = False,
     ) -> Iterator[tuple[ChunkPlan, Placement | None]]:
         fmt = self.layout.chunk
         assert fmt is not None, "only arrays the engine decodes are read in batches"
@@ -370,7 +405,7 @@ class ChunkedArrayReader:
         def scratch_pieces(n: int, n_direct: int) -> tuple[int, ...]:
             return self.memory.scratch_pieces(fmt, n, n_direct, self._stored_fraction, min(n, host))
 
-        budget = self.memory.scratch_budget(out_nbytes, whole_level)
+        budget = self.memory.scratch_budget(out_nbytes, whole_level, tight)
         if budget is not None:
             # the read's own buffer is shared by its batches (separate buffers of varying
             # size per batch fragment the memory pool): as large as the budget, or as the

@@ -72,6 +72,33 @@ def gpu_decodable(fmt: ChunkFormat) -> bool:
     return names in (["zstd"], ["zstd", "crc32c"])
 
 
+def read_scratch_budget(
+    out_nbytes: int,
+    free_bytes: int,
+    settings: Settings,
+    whole_level: bool = True,
+    region_scratch: int = REGION_SCRATCH_MAX,
+) -> int:
+    """Device memory a read of ``out_nbytes`` may hold besides its output, with
+    ``free_bytes`` free before the output is allocated.
+
+    The tight bound is ``scratch_fraction`` of the output, at least ``scratch_floor``; a
+    read of part of a level may go up to ``region_scratch`` within half of what is free.
+    ``memory="auto"`` lets any read take up to half of what is free once its output is
+    allocated (at most ``memory_cap``): the larger nvCOMP's batches, the faster the read,
+    and the other half stays for the caller's own work. It never goes below the tight
+    bound, so a read that fits tight still runs when memory is short."""
+    base = max(int(settings.scratch_fraction * out_nbytes), settings.scratch_floor)
+    if settings.memory == "auto":
+        roomy = max(0, free_bytes - out_nbytes) // 2
+        if settings.memory_cap is not None:
+            roomy = min(roomy, settings.memory_cap)
+        return max(base, roomy)
+    if whole_level or region_scratch <= base:
+        return base
+    return max(base, min(region_scratch, free_bytes // 2))
+
+
 def streams_on_gpu(fmt: ChunkFormat) -> bool:
     """True when the chain is Blosc or LZ4 alone: their LZ4 and zstd streams are decoded by
     nvCOMP (Blosc's other inner codecs by the CPU Blosc, chunk by chunk on all cores)."""
@@ -89,6 +116,8 @@ class GpuBackend(Backend, BatchMemory):
         self,
         ordinal: int | None = None,
         *,
+        memory: str | None = None,
+        memory_cap: int | None = None,
         scratch_fraction: float | None = None,
         scratch_floor: int | None = None,
         region_scratch: int | None = None,
@@ -97,13 +126,15 @@ class GpuBackend(Backend, BatchMemory):
     ):
         """A backend on GPU ``ordinal`` (None: cupy's current device). The keyword
         arguments replace the settings of the same names (see :mod:`linumpy_gpu.config`):
-        ``scratch_fraction`` / ``scratch_floor`` bound the device memory a read may hold
-        besides its output (more memory: larger nvCOMP batches, faster reads),
-        ``region_scratch`` that of reads of part of a level, and ``host_threads`` the host
-        threads that decode small reads."""
+        ``memory`` (``"auto"`` or ``"tight"``) and ``memory_cap`` choose how much device
+        memory a read may hold besides its output (more memory: larger nvCOMP batches,
+        faster reads), ``scratch_fraction`` / ``scratch_floor`` / ``region_scratch`` the
+        tight bound, and ``host_threads`` the host threads that decode small reads."""
         import cupy
 
         given = {
+            "memory": memory,
+            "memory_cap": memory_cap,
             "scratch_fraction": scratch_fraction,
             "scratch_floor": scratch_floor,
             "region_scratch": region_scratch,
@@ -134,10 +165,15 @@ class GpuBackend(Backend, BatchMemory):
             return self.xp.empty(shape, dtype=dtype)
 
     def free_bytes(self) -> int:
-        """Device memory free for a read: the device's free bytes and cupy's pool's."""
+        """Device memory free for a read: the device's free bytes and cupy's pool's, within
+        the pool's limit where the user set one (``MemoryPool.set_limit``)."""
         pool = self.xp.get_default_memory_pool()
         with self.device:
-            return int(self.device.mem_info[0]) + int(pool.free_bytes())
+            free = int(self.device.mem_info[0]) + int(pool.free_bytes())
+            limit = int(pool.get_limit())
+            if limit:
+                free = min(free, max(0, limit - int(pool.used_bytes())))
+            return free
 
     borrows_output = True
 
@@ -219,14 +255,20 @@ class GpuBackend(Backend, BatchMemory):
     def table_bytes(self, n_chunks: int) -> int:
         return 2 * n_chunks * TABLE_BYTES_PER_CHUNK + TABLE_BYTES_FLOOR
 
-    def scratch_budget(self, out_nbytes: int, whole_level: bool = True) -> int:
-        base = max(int(self.scratch_fraction * out_nbytes), self.scratch_floor)
-        if whole_level or self.region_scratch <= base:
-            return base
-        return max(base, min(self.region_scratch, self.free_bytes() // 2))
+    def scratch_budget(self, out_nbytes: int, whole_level: bool = True, tight: bool = False) -> int:
+        """See :func:`read_scratch_budget`; ``tight`` applies the tight bound whatever the
+        settings say (a read done again after running out of memory)."""
+        return read_scratch_budget(
+            out_nbytes,
+            self.free_bytes(),
+            self.settings if not tight else self.settings.replace(memory="tight"),
+            whole_level,
+            self.region_scratch,
+        )
 
     def reserve_for_read(self, out_nbytes: int, batch_bytes: int) -> None:
-        need = out_nbytes + self.scratch_budget(out_nbytes)
+        # refused only where the tight bound does not fit: "auto" shrinks to what is free
+        need = out_nbytes + max(int(self.scratch_fraction * out_nbytes), self.scratch_floor)
         free = self.free_bytes()
         if need > free:
             raise self.memory_error(out_nbytes, batch_bytes, free)
@@ -236,7 +278,7 @@ class GpuBackend(Backend, BatchMemory):
     ) -> DeviceMemoryError:
         self.xp.get_default_memory_pool().free_all_blocks()
         free = self.free_bytes() if free is None else free
-        need = out_nbytes + self.scratch_budget(out_nbytes)
+        need = out_nbytes + max(int(self.scratch_fraction * out_nbytes), self.scratch_floor)
         return DeviceMemoryError(
             f"this read needs about {need / 2**30:.2f} GiB on {self.name} "
             f"({out_nbytes / 2**30:.2f} GiB of output + decode scratch) but "

@@ -209,14 +209,14 @@ def test_read_too_large_for_the_gpu_says_so_and_holds_nothing(tmp_path, cp):
 def test_region_reads_may_hold_more_scratch_than_full_levels(cp):
     from linumpy_gpu.gpu.backend import GpuBackend
 
-    backend = GpuBackend(0, scratch_floor=1 << 20, region_scratch=1 << 30)
+    backend = GpuBackend(0, memory="tight", scratch_floor=1 << 20, region_scratch=1 << 30)
     out = 64 << 20
     assert backend.scratch_budget(out) == out // 4  # a full level: a quarter of its output
     # a region: up to region_scratch, within half the free memory
     region = backend.scratch_budget(out, whole_level=False)
     assert out // 4 < region <= min(1 << 30, backend.free_bytes() // 2 + (1 << 20))
     # never less than a full level would get, whatever is free
-    small = GpuBackend(0, scratch_floor=1 << 20, region_scratch=1 << 10)
+    small = GpuBackend(0, memory="tight", scratch_floor=1 << 20, region_scratch=1 << 10)
     assert small.scratch_budget(out, whole_level=False) == out // 4
     with pytest.raises(ValueError, match="region_scratch"):
         GpuBackend(0, region_scratch=-1)
@@ -248,16 +248,21 @@ def test_read_regions_on_gpu(tmp_path, cp):
 
 @pytest.mark.parametrize("host_threads", [0, 2], ids=str)
 @pytest.mark.parametrize("chunks", [(32, 64, 64), (1, 256, 512)])
-def test_full_read_holds_at_most_a_quarter_more_than_its_output(tmp_path, cp, chunks, host_threads):
+def test_tight_full_read_holds_at_most_a_quarter_more_than_its_output(
+    tmp_path, cp, chunks, host_threads
+):
     """Decoder workspace, slots and compressed bytes live in output bytes not yet written
-    or within the read's budget: the pool never holds more than 1.25x the output."""
+    or within the read's budget: with memory="tight" the pool never holds more than 1.25x
+    the output."""
     from linumpy_gpu.gpu.backend import GpuBackend
 
     data = volume(shape=(256, 256, 512))  # 64 MiB
     arr = write_zarr_variant(
         tmp_path / "a.zarr", "v3-zstd", data, chunks=chunks, missing_fraction=0
     )
-    backend = GpuBackend(0, scratch_fraction=0.25, scratch_floor=0, host_threads=host_threads)
+    backend = GpuBackend(
+        0, memory="tight", scratch_fraction=0.25, scratch_floor=0, host_threads=host_threads
+    )
     reader = ChunkedArrayReader(arr, backend)
     pool = cp.get_default_memory_pool()
     reader.read(())
@@ -272,6 +277,96 @@ def test_full_read_holds_at_most_a_quarter_more_than_its_output(tmp_path, cp, ch
     assert peak <= 1.25 * data.nbytes, (
         f"{peak / data.nbytes:.5f}x, {peak - 1.25 * data.nbytes:.0f} B over"
     )
+
+
+def _peak_read(reader, cp):
+    pool = cp.get_default_memory_pool()
+    reader.read(())
+    pool.free_all_blocks()
+    before = pool.total_bytes()
+    got = reader.read(())
+    cp.cuda.Device().synchronize()
+    return got, pool.total_bytes() - before
+
+
+def test_auto_read_takes_fewer_larger_batches_within_half_of_what_is_free(tmp_path, cp):
+    """memory="auto" (the default) lets a read use the free device memory: fewer, larger
+    nvCOMP batches than the tight bound, and never more than half of what was free."""
+    from linumpy_gpu.gpu.backend import GpuBackend
+
+    data = volume(shape=(256, 256, 512))  # 64 MiB
+    arr = write_zarr_variant(
+        tmp_path / "a.zarr", "v3-zstd", data, chunks=(32, 64, 64), missing_fraction=0
+    )
+    tight = ChunkedArrayReader(arr, GpuBackend(0, memory="tight", scratch_floor=0, host_threads=0))
+    auto_backend = GpuBackend(0, scratch_floor=0, host_threads=0)
+    auto = ChunkedArrayReader(arr, auto_backend)
+    assert auto_backend.settings.memory == "auto"
+    got_tight, _ = _peak_read(tight, cp)
+    free = auto_backend.free_bytes()
+    got_auto, peak = _peak_read(auto, cp)
+    np.testing.assert_array_equal(got_tight.get(), data)
+    np.testing.assert_array_equal(got_auto.get(), data)
+    assert auto.last_profile["batches"] < tight.last_profile["batches"]
+    assert peak > 1.25 * data.nbytes  # it did take more than the tight bound
+    assert peak <= data.nbytes + (free - data.nbytes) // 2
+
+
+def test_auto_read_stays_within_the_memory_cap(tmp_path, cp):
+    from linumpy_gpu.gpu.backend import GpuBackend
+
+    data = volume(shape=(256, 256, 512))
+    arr = write_zarr_variant(
+        tmp_path / "a.zarr", "v3-zstd", data, chunks=(32, 64, 64), missing_fraction=0
+    )
+    cap = data.nbytes // 2
+    with lg.config.set(memory_cap=cap, scratch_floor=0, host_threads=0):
+        reader = ChunkedArrayReader(arr, GpuBackend(0))
+    got, peak = _peak_read(reader, cp)
+    np.testing.assert_array_equal(got.get(), data)
+    assert peak <= data.nbytes + cap
+
+
+def test_auto_read_respects_a_limit_on_cupys_pool(tmp_path, cp):
+    """A user who limits cupy's pool leaves the rest of the device to other work: the read's
+    free memory is what the limit leaves."""
+    from linumpy_gpu.gpu.backend import GpuBackend
+
+    backend = GpuBackend(0)
+    pool = cp.get_default_memory_pool()
+    limit = pool.get_limit()
+    try:
+        pool.set_limit(size=pool.used_bytes() + (512 << 20))
+        assert backend.free_bytes() <= 512 << 20
+        assert backend.scratch_budget(64 << 20) <= max(1 << 30, (512 << 20) // 2)
+    finally:
+        pool.set_limit(size=limit)
+
+
+def test_auto_read_that_runs_out_of_memory_midway_is_done_again_tight(tmp_path, cp, monkeypatch):
+    """Other work takes the memory an auto read counted on: the read's own buffer cannot be
+    allocated; the read is done again under the tight bound and lands equal."""
+    from linumpy_gpu.gpu.backend import GpuBackend
+
+    data = volume(shape=(256, 256, 512))
+    arr = write_zarr_variant(
+        tmp_path / "a.zarr", "v3-zstd", data, chunks=(32, 64, 64), missing_fraction=0
+    )
+    backend = GpuBackend(0, scratch_floor=0, host_threads=0)
+    tight_budget = backend.scratch_budget(data.nbytes, tight=True)
+    empty = backend.empty
+    refused = []
+
+    def crowded_empty(shape, dtype):
+        if len(shape) == 1 and np.dtype(dtype) == np.uint8 and shape[0] > tight_budget:
+            refused.append(shape[0])
+            raise cp.cuda.memory.OutOfMemoryError(shape[0], 0, 0)
+        return empty(shape, dtype)
+
+    monkeypatch.setattr(backend, "empty", crowded_empty)
+    got = ChunkedArrayReader(arr, backend).read(())
+    np.testing.assert_array_equal(got.get(), data)
+    assert refused  # the roomy attempt was refused, the tight one went through
 
 
 def test_small_reads_on_host_threads_large_ones_on_nvcomp(tmp_path, cp):

@@ -83,7 +83,7 @@ class ScribblingBackend(CpuBackend, BatchMemory):
         on_device = n - n_host
         return ((n - n_direct) * fmt.nbytes, int(on_device * fmt.nbytes * self.per_chunk_scratch))
 
-    def scratch_budget(self, out_nbytes, whole_level=True):
+    def scratch_budget(self, out_nbytes, whole_level=True, tight=False):
         return self.budget
 
     def decode(self, chunks, fmt, array, staging=None, placement=None, sink=None):
@@ -289,7 +289,7 @@ class BudgetRecordingBackend(ScribblingBackend):
         self.asked: list[bool] = []
         self.spare_sizes: list[int] = []
 
-    def scratch_budget(self, out_nbytes, whole_level=True):
+    def scratch_budget(self, out_nbytes, whole_level=True, tight=False):
         self.asked.append(whole_level)
         return self.budget if whole_level else self.region_budget
 
@@ -442,3 +442,47 @@ def test_the_read_buffer_leaves_room_for_the_batch_tables_within_the_budget(tmp_
     # the largest batch the plan may make is the whole read here (staging is unbounded):
     # its tables come out of the budget, and nothing more does
     assert backend.spare_sizes == [budget - n_chunks * backend.table_per_chunk]
+
+
+class CrowdedBackend(ScribblingBackend):
+    """A device whose roomy budget runs out of memory midway (other work took what was
+    free): the read's own buffer of that size fails; the tight budget's fits."""
+
+    def __init__(self, roomy, tight, fits=None):
+        super().__init__(roomy)
+        self.tight = tight
+        self.fits = tight if fits is None else fits
+        self.asked_tight: list[bool] = []
+
+    def scratch_budget(self, out_nbytes, whole_level=True, tight=False):
+        self.asked_tight.append(tight)
+        return self.tight if tight else self.budget
+
+    def empty(self, shape, dtype):
+        if np.dtype(dtype) == np.uint8 and len(shape) == 1 and int(np.prod(shape)) > self.fits:
+            raise MemoryError("out of device memory")
+        return super().empty(shape, dtype)
+
+
+@pytest.mark.parametrize("regions", [False, True], ids=["read", "read_regions"])
+def test_a_read_that_runs_out_of_memory_midway_is_done_again_under_the_tight_bound(
+    tmp_path, regions
+):
+    arr, data = _array(tmp_path, (37, 61, 45), (8, 16, 16))
+    backend = CrowdedBackend(roomy=1 << 20, tight=40_000)
+    reader = ChunkedArrayReader(arr, backend)
+    if regions:
+        tiles = [(slice(0, 30), slice(0, 50), slice(0, 40)), (slice(5, 9), 3, slice(None))]
+        for got, tile in zip(reader.read_regions(tiles), tiles, strict=True):
+            np.testing.assert_array_equal(got, data[tile])
+    else:
+        np.testing.assert_array_equal(reader.read(()), data)
+    assert backend.asked_tight[0] is False and backend.asked_tight[-1] is True
+
+
+def test_a_read_out_of_memory_under_its_tightest_bound_raises_the_backend_error(tmp_path):
+    arr, _ = _array(tmp_path, (37, 61, 45), (8, 16, 16))
+    # no tighter bound to fall to
+    backend = CrowdedBackend(roomy=1 << 20, tight=1 << 20, fits=40_000)
+    with pytest.raises(MemoryError, match="not enough memory for a"):
+        ChunkedArrayReader(arr, backend).read(())
