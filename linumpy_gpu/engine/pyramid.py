@@ -24,9 +24,13 @@ def array_module(a: Any) -> Any:
     return cupy
 
 
-def downsample(a: Any, factors: Sequence[int], method: str = "mean") -> Any:
+def downsample(
+    a: Any, factors: Sequence[int], method: str = "mean", whole_shape: Sequence[int] | None = None
+) -> Any:
     """Reduce ``a`` by integer ``factors`` per axis. Partial edge blocks are reduced over
-    the elements they have (no padding), so the shape is ``ceil(n / f)`` per axis."""
+    the elements they have (no padding), so the shape is ``ceil(n / f)`` per axis.
+    ``whole_shape``: where ``a`` is a piece of a larger array, that array's shape, so the
+    piece is reduced exactly as the whole would be (the same float rounding)."""
     if method not in METHODS:
         raise InvalidArgumentError(f"method must be one of {METHODS}, got {method!r}")
     xp = array_module(a)
@@ -35,7 +39,13 @@ def downsample(a: Any, factors: Sequence[int], method: str = "mean") -> Any:
     if method == "mode":
         return _mode(a, factors, xp)
     work_dtype = _float_for(a.dtype)
-    if method == "mean" and all(n % f == 0 for n, f in zip(a.shape, factors, strict=True)):
+    shape = a.shape if whole_shape is None else whole_shape
+    divides = all(n % f == 0 for n, f in zip(shape, factors, strict=True))
+    if (
+        method == "mean"
+        and divides
+        and all(n % f == 0 for n, f in zip(a.shape, factors, strict=True))
+    ):
         return _cast_back(_mean_blocks(a, factors, work_dtype), a.dtype, xp)
     out = a.astype(work_dtype, copy=False)
     if method == "gaussian":
@@ -196,3 +206,89 @@ def _slabs(
             for s, f in zip(src, factors, strict=True)
         )
         yield src, dst
+
+
+# Methods whose every output element depends only on its own block of input: a level can be
+# computed piece by piece along the first axis and equal the whole level's result.
+BLOCK_LOCAL = ("mean", "nearest", "mode")
+
+
+def write_coarser_levels(
+    data: Any,
+    writers: Sequence[Any],
+    factors: Sequence[Sequence[int]],
+    method: str,
+    flush_bytes: int,
+    bar: Any = None,
+) -> None:
+    """Write the levels coarser than ``data`` (level 0) through ``writers`` (``factors``:
+    from each level to the next, ``factors[0]`` from ``data`` to ``writers[0]``'s level)
+    without holding any of them whole: ``data`` is reduced in pieces of about
+    ``flush_bytes`` along its first reduced axis, and each level's rows are written once they fill a row of its storage
+    units (and at least ``flush_bytes``, or reach the level's end). The memory held above
+    ``data`` is about one such row per level, whatever the depth of the volume. Needs a
+    :data:`BLOCK_LOCAL` method; ``bar``: a tqdm-like bar advanced per storage unit."""
+    if method not in BLOCK_LOCAL:
+        raise InvalidArgumentError(f"method must be one of {BLOCK_LOCAL}, got {method!r}")
+    if not writers:
+        return
+    axis = next((a for a, f in enumerate(factors[0]) if f > 1), 0)
+    # a piece reduces to whole rows at every level: a multiple of the product of factors
+    depth = math.prod(f[axis] for f in factors)
+    row_bytes = data.nbytes // max(1, data.shape[axis])
+    step = max(depth, (max(1, flush_bytes // max(1, row_bytes)) // depth) * depth)
+    levels = [_PendingRows(w, axis, flush_bytes) for w in writers]
+    shapes = [tuple(data.shape)] + [tuple(w.layout.shape) for w in writers[:-1]]
+    xp = array_module(data)
+    for start in range(0, data.shape[axis], step):
+        piece = data[(slice(None),) * axis + (slice(start, start + step),)]
+        for level, f, shape in zip(levels, factors, shapes, strict=True):
+            piece = downsample(piece, f, method, whole_shape=shape)
+            level.add(piece, xp, bar)
+    for level in levels:
+        level.flush(bar)
+
+
+class _PendingRows:
+    """A level's rows along ``axis`` computed but not yet written, kept until they fill a
+    row of storage units (and ``flush_bytes``), so every write covers whole units."""
+
+    def __init__(self, writer: Any, axis: int, flush_bytes: int):
+        self.writer = writer
+        self.axis = axis
+        layout = writer.layout
+        shape = layout.shape
+        unit = (layout.shard_shape or layout.chunk_shape)[axis]
+        row_bytes = layout.dtype.itemsize * math.prod(shape) // max(1, shape[axis])
+        rows = max(unit, -(-flush_bytes // max(1, row_bytes)) // unit * unit)
+        self.rows = min(rows, shape[axis])
+        self.buffer: Any = None
+        self.filled = 0  # rows of the buffer in use
+        self.written = 0  # rows of the level already written
+
+    def add(self, rows: Any, xp: Any, bar: Any) -> None:
+        taken = 0
+        n = rows.shape[self.axis]
+        while taken < n:
+            if self.buffer is None:
+                shape = list(rows.shape)
+                shape[self.axis] = self.rows
+                self.buffer = xp.empty(tuple(shape), dtype=rows.dtype)
+            k = min(n - taken, self.rows - self.filled)
+            lead = (slice(None),) * self.axis
+            self.buffer[lead + (slice(self.filled, self.filled + k),)] = rows[
+                lead + (slice(taken, taken + k),)
+            ]
+            self.filled += k
+            taken += k
+            if self.filled == self.rows:
+                self.flush(bar)
+
+    def flush(self, bar: Any) -> None:
+        if not self.filled:
+            return
+        lead = (slice(None),) * self.axis
+        region = lead + (slice(self.written, self.written + self.filled),)
+        self.writer.write(region, self.buffer[lead + (slice(0, self.filled),)], progress=bar)
+        self.written += self.filled
+        self.filled = 0

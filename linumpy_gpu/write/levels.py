@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from linumpy_gpu.engine.pyramid import downsample, update_level
+from linumpy_gpu.engine.pyramid import BLOCK_LOCAL, downsample, update_level, write_coarser_levels
 from linumpy_gpu.engine.writer import ChunkedArrayWriter
 from linumpy_gpu.errors import LinumpyGpuError, WriteError
 from linumpy_gpu.progress import progress_bar
@@ -101,6 +101,14 @@ def _write_pyramid(
             written.append(str(i + 1))
         return
     current = backend.from_any(data)
+    if method in BLOCK_LOCAL:
+        writers[0].write((), current, progress=bar)
+        written.append("0")
+        flush = backend.memory().write_batch_bytes()
+        write_coarser_levels(current, writers[1:], factors, method, flush, bar)
+        written.extend(str(i) for i in range(1, len(writers)))
+        return
+    # a filter that reaches across pieces: each level whole
     for i, writer in enumerate(writers):
         if i:
             current = downsample(current, factors[i - 1], method)

@@ -7,7 +7,13 @@ import pytest
 import zarr
 
 from linumpy_gpu.backends import CpuBackend
-from linumpy_gpu.engine.pyramid import downsample, units_updated, update_level
+from linumpy_gpu.engine.pyramid import (
+    downsample,
+    pyramid_factors,
+    units_updated,
+    update_level,
+    write_coarser_levels,
+)
 from linumpy_gpu.engine.writer import ChunkedArrayWriter
 
 
@@ -58,3 +64,72 @@ def test_units_updated_counts_what_update_level_writes(tmp_path, region, slab_by
     expected = downsample(source[:], (2, 2, 2), "mean")
     if region is None:
         np.testing.assert_array_equal(coarse[:], expected)
+
+
+def _level_writers(tmp_path, shapes, dtype, chunks):
+    root = zarr.open_group(str(tmp_path / "levels.zarr"), mode="w")
+    arrays = [
+        root.create_array(
+            str(i),
+            shape=shape,
+            dtype=dtype,
+            chunks=tuple(min(c, n) for c, n in zip(chunks, shape, strict=True)),
+        )
+        for i, shape in enumerate(shapes)
+    ]
+    return arrays, [ChunkedArrayWriter(a, CpuBackend(), locking=False) for a in arrays]
+
+
+@pytest.mark.parametrize("method", ["mean", "nearest", "mode"])
+@pytest.mark.parametrize(
+    ("shape", "chunks", "axis_types"),
+    [
+        ((37, 30, 21), (4, 8, 8), ("space",) * 3),  # odd everywhere
+        ((3, 40, 18, 16), (1, 8, 8, 8), ("channel", "space", "space", "space")),
+        ((64, 20), (8, 8), ("space", "space")),
+    ],
+)
+def test_levels_written_piece_by_piece_equal_levels_reduced_whole(
+    tmp_path, method, shape, chunks, axis_types
+):
+    data = np.random.default_rng(4).integers(0, 9 if method == "mode" else 60000, shape)
+    data = data.astype("u2")
+    factors = pyramid_factors(shape, axis_types, 4)
+    whole = [data]
+    for f in factors:
+        whole.append(downsample(whole[-1], f, method))
+    arrays, writers = _level_writers(tmp_path, [w.shape for w in whole], data.dtype, chunks)
+    # a small flush size: many writes per level, each covering whole rows of chunks
+    write_coarser_levels(data, writers[1:], factors, method, flush_bytes=1 << 10)
+    for array, expected in zip(arrays[1:], whole[1:], strict=True):
+        np.testing.assert_array_equal(array[...], expected)
+
+
+def test_levels_written_piece_by_piece_hold_far_less_than_a_level(tmp_path):
+    """The coarser levels of a deep volume are never held whole: the memory allocated
+    above the input stays below the size of level 1 alone."""
+    import tracemalloc
+
+    shape = (512, 64, 64)
+    data = np.random.default_rng(5).integers(0, 60000, shape).astype("u2")
+    factors = pyramid_factors(shape, ("space",) * 3, 4)
+    shapes = [shape]
+    for f in factors:
+        shapes.append(tuple(-(-n // k) for n, k in zip(shapes[-1], f, strict=True)))
+    arrays, writers = _level_writers(tmp_path, shapes, data.dtype, (8, 32, 32))
+    tracemalloc.start()
+    try:
+        write_coarser_levels(data, writers[1:], factors, "mean", flush_bytes=16 << 10)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    level1 = data.nbytes // 8
+    assert peak < level1 // 2, f"{peak} B held, level 1 is {level1} B"
+    np.testing.assert_array_equal(arrays[1][...], downsample(data, factors[0], "mean"))
+
+
+def test_piece_by_piece_needs_a_block_local_method(tmp_path):
+    from linumpy_gpu.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="gaussian"):
+        write_coarser_levels(np.zeros((4, 4), "u2"), [], [(2, 2)], "gaussian", 1 << 20)
