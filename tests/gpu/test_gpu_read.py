@@ -246,6 +246,17 @@ def test_read_regions_on_gpu(tmp_path, cp):
         np.testing.assert_array_equal(got.get(), full[region])
 
 
+def _peak_read(reader, cp):
+    """A warm read's result and the most memory cupy's pool grew by during it."""
+    pool = cp.get_default_memory_pool()
+    reader.read(())
+    pool.free_all_blocks()
+    before = pool.total_bytes()
+    got = reader.read(())
+    cp.cuda.Device().synchronize()
+    return got, pool.total_bytes() - before
+
+
 @pytest.mark.parametrize("host_threads", [0, 2], ids=str)
 @pytest.mark.parametrize("chunks", [(32, 64, 64), (1, 256, 512)])
 def test_tight_full_read_holds_at_most_a_quarter_more_than_its_output(
@@ -264,29 +275,13 @@ def test_tight_full_read_holds_at_most_a_quarter_more_than_its_output(
         0, memory="tight", scratch_fraction=0.25, scratch_floor=0, host_threads=host_threads
     )
     reader = ChunkedArrayReader(arr, backend)
-    pool = cp.get_default_memory_pool()
-    reader.read(())
-    pool.free_all_blocks()
-    before = pool.total_bytes()
-    got = reader.read(())
-    cp.cuda.Device().synchronize()
-    peak = pool.total_bytes() - before
+    got, peak = _peak_read(reader, cp)
     np.testing.assert_array_equal(got.get(), data)
     assert reader.last_profile["batches"] > 1
     # exactly the bound: the per-batch tables are kept out of the read's buffer
     assert peak <= 1.25 * data.nbytes, (
         f"{peak / data.nbytes:.5f}x, {peak - 1.25 * data.nbytes:.0f} B over"
     )
-
-
-def _peak_read(reader, cp):
-    pool = cp.get_default_memory_pool()
-    reader.read(())
-    pool.free_all_blocks()
-    before = pool.total_bytes()
-    got = reader.read(())
-    cp.cuda.Device().synchronize()
-    return got, pool.total_bytes() - before
 
 
 def test_auto_read_takes_fewer_larger_batches_within_half_of_what_is_free(tmp_path, cp):
