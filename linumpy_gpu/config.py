@@ -48,7 +48,7 @@ class Settings:
     """Pinned host memory the GPU path stages compressed bytes in, for the whole process."""
     host_threads: int | None = None
     """Host threads that decode small GPU reads faster than one nvCOMP batch would (None:
-    all cores but two; 0: nvCOMP only)."""
+    one per core; 0: nvCOMP only)."""
     memory: str = "auto"
     """How much device memory a GPU read may hold besides its output: ``"auto"`` takes up
     to half of what is free once the output is allocated (within ``memory_cap``), for

@@ -36,8 +36,10 @@ from linumpy_gpu.gpu.pinned import GrowingHostBuffer
 
 
 def default_threads() -> int:
-    """All cores but two: those are left to the fetch threads and the thread driving the GPU."""
-    return max(0, (os.cpu_count() or 2) - 2)
+    """One per core. The fetch threads and the thread driving the GPU mostly wait (on the
+    page cache, on the disk, on the device), so the pool decodes fastest with every core:
+    a gzip level on 16 cores reads about 15% faster than with 14 decode threads."""
+    return os.cpu_count() or 1
 
 
 UNIT_BYTES = 4 << 20  # decoded bytes per unit of work (one copy to the device each)
