@@ -17,103 +17,31 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-# Status codes written by zstd_frame_check (mirrored in FRAME_STATUS below).
-_SOURCE = r"""
+from linumpy_gpu.gpu import zstd_check
+
+_TYPES = r"""
 typedef unsigned long long u64;
 typedef unsigned int u32;
 typedef unsigned char u8;
+"""
 
-#define ZSTD_MAGIC 0xFD2FB528u
-#define BLOCK_MAX (128u * 1024u)
-
-__device__ __forceinline__ u32 rd32(const u8* p) {
-    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
-}
+_KERNELS = r"""
 
 extern "C" __global__ void zstd_frame_check(
     const u8* __restrict__ src, const u64* __restrict__ offsets, const u64* __restrict__ sizes,
     const u64* __restrict__ expected, const int n,
-    int* __restrict__ status, u32* __restrict__ stored_checksum)
+    int* __restrict__ status, u32* __restrict__ stored_checksum, u32* __restrict__ tables)
 {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const u8* p = src + offsets[i];
-    const u64 size = sizes[i];
-    const u64 want = expected[i];
-    stored_checksum[i] = 0;
-    if (size < 4) { status[i] = -1; return; }
-    const u32 magic = rd32(p);
-    if ((magic & 0xFFFFFFF0u) == 0x184D2A50u) { status[i] = 2; return; }   /* skippable */
-    if (magic != ZSTD_MAGIC) { status[i] = -2; return; }
-    if (size < 6) { status[i] = -6; return; }
-    const u8 fhd = p[4];
-    const u32 fcs_flag = fhd >> 6;
-    const u32 single_segment = (fhd >> 5) & 1u;
-    const u32 reserved = (fhd >> 3) & 1u;
-    const u32 has_checksum = (fhd >> 2) & 1u;
-    const u32 did_flag = fhd & 3u;
-    if (reserved) { status[i] = -3; return; }
-    u64 pos = 5;
-    u64 window = 0;
-    if (!single_segment) {
-        const u8 wd = p[pos++];
-        const u32 exponent = wd >> 3;
-        const u32 mantissa = wd & 7u;
-        if (exponent > 21) { status[i] = -12; return; }     /* window log > 31 */
-        const u64 base = 1ull << (10 + exponent);
-        window = base + (base >> 3) * mantissa;
+    const int first = blockIdx.x * blockDim.x + threadIdx.x;
+    const int workers = gridDim.x * blockDim.x;
+    u32* mine = tables + (u64)first * ZC_TABLE_WORDS;
+    for (int i = first; i < n; i += workers) {
+        status[i] = zc_frame(src + offsets[i], sizes[i], expected[i], mine, stored_checksum + i);
     }
-    const u32 did_size = did_flag == 0 ? 0 : (did_flag == 1 ? 1 : (did_flag == 2 ? 2 : 4));
-    const u32 fcs_size = fcs_flag == 0 ? (single_segment ? 1 : 0)
-                       : (fcs_flag == 1 ? 2 : (fcs_flag == 2 ? 4 : 8));
-    if (pos + did_size + fcs_size > size) { status[i] = -6; return; }
-    u32 did = 0;
-    for (u32 k = 0; k < did_size; ++k) did |= (u32)p[pos + k] << (8 * k);
-    pos += did_size;
-    if (did != 0) { status[i] = -4; return; }
-    if (fcs_size) {
-        u64 fcs = 0;
-        for (u32 k = 0; k < fcs_size; ++k) fcs |= (u64)p[pos + k] << (8 * k);
-        if (fcs_size == 2) fcs += 256;
-        pos += fcs_size;
-        if (fcs != want) { status[i] = -5; return; }
-        if (single_segment) window = fcs;
-    }
-    const u64 block_max = window < BLOCK_MAX ? window : BLOCK_MAX;
-    u64 exact = 0, compressed_blocks = 0;
-    for (;;) {
-        if (pos + 3 > size) { status[i] = -6; return; }
-        const u32 hdr = (u32)p[pos] | ((u32)p[pos + 1] << 8) | ((u32)p[pos + 2] << 16);
-        pos += 3;
-        const u32 last = hdr & 1u;
-        const u32 type = (hdr >> 1) & 3u;
-        const u64 bsize = hdr >> 3;
-        if (type == 3) { status[i] = -7; return; }
-        if (bsize > block_max) { status[i] = -8; return; }
-        const u64 stored = type == 1 ? 1 : bsize;
-        if (pos + stored > size) { status[i] = -6; return; }
-        if (type == 2) { compressed_blocks += 1; if (bsize == 0) { status[i] = -8; return; } }
-        else exact += bsize;
-        pos += stored;
-        if (exact > want) { status[i] = -9; return; }
-        if (last) break;
-    }
-    if (want > exact + compressed_blocks * block_max) { status[i] = -9; return; }
-    if (has_checksum) {
-        if (pos + 4 > size) { status[i] = -11; return; }
-        stored_checksum[i] = rd32(p + pos);
-        pos += 4;
-    }
-    if (pos != size) {
-        if (size - pos >= 4 && (rd32(p + pos) == ZSTD_MAGIC ||
-                                (rd32(p + pos) & 0xFFFFFFF0u) == 0x184D2A50u)) {
-            status[i] = 3;   /* more frames follow: valid zstd, decoded on the CPU */
-        } else {
-            status[i] = -10;
-        }
-        return;
-    }
-    status[i] = has_checksum ? 1 : 0;
+}
+
+__device__ __forceinline__ u32 rd32(const u8* p) {
+    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
 }
 
 #define P1 11400714785074694791ull
@@ -391,6 +319,9 @@ FRAME_STATUS = {
     -10: ("trailing bytes after the frame", False),
     -11: ("truncated content checksum", False),
     -12: ("window size larger than 2 GiB", False),
+    -13: ("damaged literals section (header, Huffman table or stream)", False),
+    -14: ("damaged sequence table description", False),
+    -15: ("damaged sequences (a bitstream, literal run or match offset out of bounds)", False),
 }
 
 # status -> meaning, written by lz4_block_check
@@ -403,6 +334,39 @@ LZ4_STATUS = {
     -6: "LZ4 match offset outside the decoded bytes",
     -7: "LZ4 match runs into the block's last five bytes or past its end",
 }
+
+
+_SOURCE = (
+    _TYPES + f"#define ZC_TABLE_WORDS {zstd_check.TABLE_WORDS}\n" + zstd_check.SOURCE + _KERNELS
+)
+
+# At most this many threads check zstd frames at once (each holds its decoding tables in
+# TABLE_WORDS words of device scratch), in blocks of one warp: one frame is a long serial
+# walk, so spreading frames over many multiprocessors matters more than filling each.
+_FRAME_CHECK_WORKERS = 8192
+_FRAME_CHECK_BLOCK = 32
+
+
+def check_zstd_frames(
+    base: Any, offsets: Any, sizes: Any, expected: Any, n: int, status: Any, stored: Any
+) -> None:
+    """Queue ``zstd_frame_check`` on the current stream: frame ``i`` lies at
+    ``base + offsets[i]`` (device memory), ``sizes[i]`` bytes long and must decode to
+    ``expected[i]`` bytes; writes its ``FRAME_STATUS`` code to ``status[i]`` and its stored
+    content checksum (if any) to ``stored[i]``."""
+    import cupy
+    import numpy as np
+
+    if n == 0:
+        return
+    workers = min(n, _FRAME_CHECK_WORKERS)
+    tables = cupy.empty(workers * zstd_check.TABLE_WORDS, dtype=np.uint32)
+    blocks = (workers + _FRAME_CHECK_BLOCK - 1) // _FRAME_CHECK_BLOCK
+    kernel("zstd_frame_check")(
+        (blocks,),
+        (_FRAME_CHECK_BLOCK,),
+        (base, offsets, sizes, expected, np.int32(n), status, stored, tables),
+    )
 
 
 @cache

@@ -27,7 +27,7 @@ import numpy as np
 
 from linumpy_gpu.codecs.layout import StreamLayout
 from linumpy_gpu.core.placement import SLOT_ALIGN
-from linumpy_gpu.gpu.kernels import FRAME_STATUS, LZ4_STATUS, kernel
+from linumpy_gpu.gpu.kernels import FRAME_STATUS, LZ4_STATUS, check_zstd_frames, kernel
 from linumpy_gpu.gpu.nvcomp.lib import lz4_api
 from linumpy_gpu.gpu.nvcomp.zstd import (
     DecodedBatch,
@@ -230,11 +230,7 @@ def _check(
             )
         else:
             stored = cp.empty(m, dtype=np.uint32)
-            kernel("zstd_frame_check")(
-                grid,
-                (_THREADS,),
-                (base, d_meta[0], d_meta[1], d_meta[2], np.int32(m), status, stored),
-            )
+            check_zstd_frames(base, d_meta[0], d_meta[1], d_meta[2], m, status, stored)
     return status
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from linumpy_gpu.codecs import zstd as zstd_cpu
 from linumpy_gpu.core.placement import SLOT_ALIGN, best_fit
 from linumpy_gpu.errors import CodecError, NvcompError
-from linumpy_gpu.gpu.kernels import FRAME_STATUS, kernel
+from linumpy_gpu.gpu.kernels import FRAME_STATUS, check_zstd_frames, kernel
 from linumpy_gpu.gpu.nvcomp.lib import zstd_api
 from linumpy_gpu.gpu.pinned import GrowingHostBuffer
 
@@ -163,11 +163,7 @@ class ZstdBatchCodec:
         with self.stream:
             status_d = cp.empty(n, dtype=np.int32)
             stored_d = cp.empty(n, dtype=np.uint32)
-            kernel("zstd_frame_check")(
-                ((n + _BLOCK - 1) // _BLOCK,),
-                (_BLOCK,),
-                (base, d_meta[0], d_meta[1], d_meta[2], np.int32(n), status_d, stored_d),
-            )
+            check_zstd_frames(base, d_meta[0], d_meta[1], d_meta[2], n, status_d, stored_d)
         return status_d, stored_d, status_d.get(stream=self.stream)
 
     def decode_host(

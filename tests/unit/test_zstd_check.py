@@ -1,0 +1,149 @@
+"""The zstd content check (``gpu/zstd_check.py``) compiled as host C++ and held against
+libzstd: every frame libzstd writes passes, and damage that libzstd refuses is refused."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from numcodecs import Zstd
+
+from linumpy_gpu.gpu.kernels import FRAME_STATUS
+from linumpy_gpu.gpu.zstd_check import SOURCE, TABLE_WORDS
+
+HARNESS = r"""
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned char u8;
+#define LINUMPY_DEVICE static inline
+#define LINUMPY_CONSTANT static const
+%s
+extern "C" int check_frame(const u8* p, u64 size, u64 want, u32* stored) {
+    static u32 tables[%d];
+    return zc_frame(p, size, want, tables, stored);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def check(tmp_path_factory):
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no C++ compiler to build the host copy of the zstd check")
+    folder = tmp_path_factory.mktemp("zstd_check")
+    source = folder / "check.cpp"
+    source.write_text(HARNESS % (SOURCE, TABLE_WORDS))
+    library = folder / "check.so"
+    built = subprocess.run(
+        [compiler, "-O1", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(library), str(source)],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr
+    lib = ctypes.CDLL(str(library))
+    lib.check_frame.restype = ctypes.c_int
+    lib.check_frame.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_uint64,
+        ctypes.c_uint64,
+        ctypes.POINTER(ctypes.c_uint32),
+    ]
+
+    def run(frame: bytes, want: int) -> int:
+        stored = ctypes.c_uint32()
+        return int(lib.check_frame(frame, len(frame), want, ctypes.byref(stored)))
+
+    return run
+
+
+def _samples() -> dict[str, bytes]:
+    rng = np.random.default_rng(7)
+    x = np.linspace(0, 40, 1 << 20)
+    smooth = (1000 + 800 * np.sin(x) + rng.normal(0, 20, x.size)).astype(np.uint16)
+    text = b" ".join(
+        b"the quick brown fox %d jumps over %d lazy dogs" % (i, i * 7) for i in range(60000)
+    )
+    return {
+        "one-byte": b"\x07",
+        "tiny": b"abcabcabcabcabcabcabcabcab",
+        "random": rng.integers(0, 256, 300_000, dtype=np.uint8).tobytes(),
+        "zeros": bytes(1 << 20),
+        "smooth-uint16": smooth.tobytes(),
+        "text": text,
+        "sparse": np.where(rng.random(1 << 20) < 0.02, 255, 0).astype(np.uint8).tobytes(),
+        "image-4MiB": np.repeat(smooth, 2).tobytes(),
+    }
+
+
+SAMPLES = _samples()
+LEVELS = [-5, -1, 1, 3, 9, 19]
+
+
+@pytest.mark.parametrize("checksum", [False, True], ids=["plain", "checksum"])
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("name", list(SAMPLES))
+def test_every_valid_frame_passes(check, name, level, checksum):
+    data = SAMPLES[name]
+    frame = bytes(Zstd(level=level, checksum=checksum).encode(data))
+    status = check(frame, len(data))
+    assert status == (1 if checksum else 0), FRAME_STATUS.get(status, status)
+
+
+def test_damaged_sequences_are_refused_where_libzstd_refuses(check):
+    """Flip each of many bytes across a frame without a checksum: wherever libzstd fails
+    (or decodes other bytes), the check must not call the frame valid unless the damage
+    only changed literal values, which no decoder can notice."""
+    data = SAMPLES["smooth-uint16"][:400_000]
+    frame = bytearray(Zstd(level=3).encode(data))
+    refused = accepted_but_libzstd_failed = 0
+    for position in range(0, len(frame), max(1, len(frame) // 1500)):
+        damaged = bytearray(frame)
+        damaged[position] ^= 0xFF
+        status = check(bytes(damaged), len(data))
+        if status < 0:
+            refused += 1
+            continue
+        try:
+            bytes(Zstd().decode(bytes(damaged)))
+        except Exception:
+            accepted_but_libzstd_failed += 1
+    assert refused > 0
+    assert accepted_but_libzstd_failed == 0
+
+
+@pytest.mark.parametrize("checksum", [False, True], ids=["plain", "checksum"])
+def test_last_byte_of_the_last_block_is_refused(check, checksum):
+    """The end of the last block's sequence bitstream: the case nvCOMP cannot survive."""
+    data = SAMPLES["smooth-uint16"][:300_000]
+    frame = bytearray(Zstd(level=3, checksum=checksum).encode(data))
+    end = len(frame) - (4 if checksum else 0) - 1
+    for flip in (0xFF, 0x01, 0x80):
+        damaged = bytearray(frame)
+        damaged[end] ^= flip
+        assert check(bytes(damaged), len(data)) < 0
+
+
+def test_truncated_frames_are_refused(check):
+    data = SAMPLES["text"][:200_000]
+    frame = bytes(Zstd(level=3).encode(data))
+    for cut in (1, 2, 5, 17, len(frame) // 2, len(frame) - 1):
+        assert check(frame[:cut], len(data)) < 0
+
+
+def test_wrong_size_and_garbage_are_refused(check):
+    data = SAMPLES["random"][:50_000]
+    frame = bytes(Zstd(level=3).encode(data))
+    assert check(frame, len(data) + 1) < 0
+    rng = np.random.default_rng(3)
+    for seed in range(20):
+        garbage = frame[:6] + rng.integers(0, 256, 4096, dtype=np.uint8).tobytes()
+        assert check(garbage, len(data)) < 0, seed
+
+
+def test_status_codes_are_named():
+    for code in (-13, -14, -15):
+        meaning, decodable = FRAME_STATUS[code]
+        assert meaning and not decodable
