@@ -2,9 +2,11 @@
 checksums, Blosc unshuffles and the scatter of decoded chunks into an output.
 
 nvCOMP assumes valid input; on damaged frames it can hang, kill the CUDA context or return
-wrong bytes. ``zstd_frame_check`` walks each frame's header and block headers (one thread a
-frame) and accounts for every byte, so truncation, bad magic, reserved bits, impossible
-block sizes, wrong declared sizes and trailing bytes are refused before decode.
+wrong bytes. ``check_zstd_frames`` runs the content check of ``zstd_check.py`` on every
+frame before decode: ``zstd_frame_walk`` reads each frame's header and block headers (one
+thread a frame), ``zstd_block_check`` decodes every block's literals and sequences without
+writing a byte (one thread a block), ``zstd_frame_join`` joins each frame's blocks (sizes,
+offsets reaching back into earlier blocks, repeat offsets).
 ``zstd_xxh64_verify`` recomputes the frame content checksum of decoded chunks.
 ``lz4_block_check`` walks every sequence of each raw LZ4 block (one thread a block) with the
 rules of LZ4's own safe decoder, so nvCOMP only sees blocks whose every literal and match
@@ -27,17 +29,56 @@ typedef unsigned char u8;
 
 _KERNELS = r"""
 
-extern "C" __global__ void zstd_frame_check(
+/* The zstd check in three steps, so that the long part runs one thread per block rather
+   than per frame: walk each frame (one thread a frame), check each block apart (one thread
+   a block, decoding tables in `tables`), join each frame's blocks (one thread a frame). */
+extern "C" __global__ void zstd_frame_walk(
     const u8* __restrict__ src, const u64* __restrict__ offsets, const u64* __restrict__ sizes,
-    const u64* __restrict__ expected, const int n,
-    int* __restrict__ status, u32* __restrict__ stored_checksum, u32* __restrict__ tables)
+    const u64* __restrict__ expected, const u64* __restrict__ first_desc, const int n,
+    u8* __restrict__ descs, u32* __restrict__ nblocks,
+    int* __restrict__ status, u32* __restrict__ stored_checksum)
 {
-    const int first = blockIdx.x * blockDim.x + threadIdx.x;
-    const int workers = gridDim.x * blockDim.x;
-    u32* mine = tables + (u64)first * ZC_TABLE_WORDS;
-    for (int i = first; i < n; i += workers) {
-        status[i] = zc_frame(src + offsets[i], sizes[i], expected[i], mine, stored_checksum + i);
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    status[i] = zc_frame_walk(src + offsets[i], sizes[i], expected[i],
+                              (ZcBlockDesc*)(descs + first_desc[i] * ZC_DESC_BYTES),
+                              first_desc[i + 1] - first_desc[i], nblocks + i,
+                              stored_checksum + i);
+}
+
+/* block_start: per frame, the number of blocks to check in the frames before it (frames
+   the walk refused count none); n + 1 entries. */
+extern "C" __global__ void zstd_block_check(
+    const u8* __restrict__ descs, const u64* __restrict__ first_desc,
+    const u64* __restrict__ block_start, const int n,
+    u8* __restrict__ results, u32* __restrict__ tables)
+{
+    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 workers = (u64)gridDim.x * blockDim.x;
+    const u64 total = block_start[n];
+    u32* mine = tables + first * ZC_TABLE_WORDS;
+    for (u64 j = first; j < total; j += workers) {
+        int lo = 0, hi = n;   /* the frame of block j: block_start[lo] <= j < block_start[hi] */
+        while (hi - lo > 1) {
+            const int mid = (lo + hi) / 2;
+            if (block_start[mid] <= j) lo = mid; else hi = mid;
+        }
+        const u64 slot = first_desc[lo] + (j - block_start[lo]);
+        zc_block_apart((const ZcBlockDesc*)(descs + slot * ZC_DESC_BYTES), mine,
+                       (ZcBlockResult*)(results + slot * ZC_RESULT_BYTES));
     }
+}
+
+extern "C" __global__ void zstd_frame_join(
+    const u8* __restrict__ results, const u64* __restrict__ first_desc,
+    const u32* __restrict__ nblocks, const u64* __restrict__ expected, const int n,
+    int* __restrict__ status)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || (status[i] != 0 && status[i] != 1)) return;
+    const int joined = zc_frame_join(
+        (const ZcBlockResult*)(results + first_desc[i] * ZC_RESULT_BYTES), nblocks[i], expected[i]);
+    if (joined != 0) status[i] = joined;
 }
 
 __device__ __forceinline__ u32 rd32(const u8* p) {
@@ -307,6 +348,7 @@ FRAME_STATUS = {
     1: ("valid frame with content checksum", True),
     2: ("skippable frame", True),
     3: ("several concatenated frames", True),
+    4: ("a frame of unusually many small blocks", True),
     -1: ("empty or shorter than a zstd magic number", False),
     -2: ("bad zstd magic number", False),
     -3: ("reserved bit set in the frame header", False),
@@ -337,35 +379,75 @@ LZ4_STATUS = {
 
 
 _SOURCE = (
-    _TYPES + f"#define ZC_TABLE_WORDS {zstd_check.TABLE_WORDS}\n" + zstd_check.SOURCE + _KERNELS
+    _TYPES
+    + f"#define ZC_TABLE_WORDS {zstd_check.TABLE_WORDS}\n"
+    + f"#define ZC_DESC_BYTES {zstd_check.DESC_BYTES}ull\n"
+    + f"#define ZC_RESULT_BYTES {zstd_check.RESULT_BYTES}ull\n"
+    + zstd_check.SOURCE
+    + 'static_assert(sizeof(ZcBlockDesc) <= ZC_DESC_BYTES, "block description");\n'
+    + 'static_assert(sizeof(ZcBlockResult) <= ZC_RESULT_BYTES, "block result");\n'
+    + _KERNELS
 )
 
-# At most this many threads check zstd frames at once (each holds its decoding tables in
-# TABLE_WORDS words of device scratch), in blocks of one warp: one frame is a long serial
-# walk, so spreading frames over many multiprocessors matters more than filling each.
-_FRAME_CHECK_WORKERS = 8192
-_FRAME_CHECK_BLOCK = 32
+# At most this many threads check zstd blocks at once, each with its decoding tables in
+# TABLE_WORDS words of device scratch; blocks of one warp spread the work over many
+# multiprocessors.
+_BLOCK_CHECK_WORKERS = 16384
+_CHECK_BLOCK = 32
+# A frame may have one block per this many decoded bytes (and a few more) for the GPU check;
+# zstd writes blocks of up to 128 KiB, so only frames cut into unusually small blocks are
+# left to the CPU.
+_BYTES_PER_BLOCK = 16384
 
 
 def check_zstd_frames(
-    base: Any, offsets: Any, sizes: Any, expected: Any, n: int, status: Any, stored: Any
+    base: Any,
+    offsets: Any,
+    sizes: Any,
+    expected: Any,
+    expected_host: Any,
+    status: Any,
+    stored: Any,
 ) -> None:
-    """Queue ``zstd_frame_check`` on the current stream: frame ``i`` lies at
-    ``base + offsets[i]`` (device memory), ``sizes[i]`` bytes long and must decode to
-    ``expected[i]`` bytes; writes its ``FRAME_STATUS`` code to ``status[i]`` and its stored
-    content checksum (if any) to ``stored[i]``."""
+    """Queue the zstd check on the current stream: frame ``i`` lies at ``base + offsets[i]``
+    (device memory), ``sizes[i]`` bytes long, and must decode to ``expected[i]`` bytes
+    (``expected_host``: the same sizes in host memory). Writes each frame's
+    ``FRAME_STATUS`` code to ``status[i]`` and its stored content checksum (if any) to
+    ``stored[i]``."""
     import cupy
     import numpy as np
 
+    n = len(expected_host)
     if n == 0:
         return
-    workers = min(n, _FRAME_CHECK_WORKERS)
+    caps = np.asarray(expected_host, dtype=np.uint64) // np.uint64(_BYTES_PER_BLOCK) + np.uint64(4)
+    first_desc = np.zeros(n + 1, dtype=np.uint64)
+    np.cumsum(caps, out=first_desc[1:])
+    total = int(first_desc[-1])
+    d_first = cupy.asarray(first_desc)
+    descs = cupy.empty(total * zstd_check.DESC_BYTES, dtype=np.uint8)
+    results = cupy.empty(total * zstd_check.RESULT_BYTES, dtype=np.uint8)
+    nblocks = cupy.empty(n, dtype=np.uint32)
+    frames_grid = ((n + _CHECK_BLOCK - 1) // _CHECK_BLOCK,)
+    kernel("zstd_frame_walk")(
+        frames_grid,
+        (_CHECK_BLOCK,),
+        (base, offsets, sizes, expected, d_first, np.int32(n), descs, nblocks, status, stored),
+    )
+    walked = cupy.where((status == 0) | (status == 1), nblocks, 0).astype(np.uint64)
+    block_start = cupy.zeros(n + 1, dtype=np.uint64)
+    cupy.cumsum(walked, out=block_start[1:])
+    workers = min(total, _BLOCK_CHECK_WORKERS)
     tables = cupy.empty(workers * zstd_check.TABLE_WORDS, dtype=np.uint32)
-    blocks = (workers + _FRAME_CHECK_BLOCK - 1) // _FRAME_CHECK_BLOCK
-    kernel("zstd_frame_check")(
-        (blocks,),
-        (_FRAME_CHECK_BLOCK,),
-        (base, offsets, sizes, expected, np.int32(n), status, stored, tables),
+    kernel("zstd_block_check")(
+        ((workers + _CHECK_BLOCK - 1) // _CHECK_BLOCK,),
+        (_CHECK_BLOCK,),
+        (descs, d_first, block_start, np.int32(n), results, tables),
+    )
+    kernel("zstd_frame_join")(
+        frames_grid,
+        (_CHECK_BLOCK,),
+        (results, d_first, nblocks, expected, np.int32(n), status),
     )
 
 

@@ -23,6 +23,11 @@ libzstd.
 
 from __future__ import annotations
 
+# Bytes reserved for one block's description and for one block's result (both structs of
+# the source below are smaller).
+DESC_BYTES = 128
+RESULT_BYTES = 128
+
 # Words of table space one frame's check needs: the literal length, match length and offset
 # decoding tables and the Huffman code lengths, kept across blocks for the "repeat" and
 # "treeless" modes.
@@ -347,12 +352,32 @@ LINUMPY_DEVICE int zc_huffman_4(const u8* p, const u64* sizes, u64 seg, u64 last
 
 struct ZcTable { u32* entries; u32 log; int ready; };
 
-struct ZcFrame {
+/* Where the tables in effect before a block were described, for a block that repeats them
+   and is checked apart from the blocks before it. Modes: 0 none, 1 predefined, 2 RLE,
+   3 FSE-compressed. */
+struct ZcRefs {
+    const u8* huffman; u64 huffman_avail;
+    const u8* table[3]; u64 table_avail[3]; u32 table_mode[3];   /* LL, OF, ML */
+};
+
+/* A repeat offset: the offset `value` (source < 0), or the block's initial repeat offset
+   `source` minus `value`. */
+struct ZcRep { u64 value; int source; };
+
+/* What a block leaves for its frame to check once the blocks before it are known. */
+struct ZcBlockResult {   /* at most RESULT_BYTES */
+    i64 decoded;        /* the block's decoded size, or a status < 0 */
+    i64 history;        /* bytes before the block its new offsets reach back past */
+    u64 max_delta[3];   /* initial repeat offset j was used less up to this */
+    i64 min_room[3];    /* ... at block positions (plus that delta) down to this */
+    ZcRep rep[3];       /* the repeat offsets at the block's end */
+};
+
+#define ZC_NO_ROOM 0x7FFFFFFFFFFFFFFFll
+
+struct ZcBlockState {
     ZcTable ll, of, ml;
     ZcHuffman huffman;
-    u64 rep[3];
-    u64 decoded;     /* bytes the frame has decoded so far */
-    u64 limit;       /* the frame's content size */
     u64 block_max;
 };
 
@@ -385,156 +410,254 @@ LINUMPY_DEVICE i64 zc_sequence_table(u32 mode, const u8* p, u64 avail, ZcTable* 
     return used;
 }
 
-/* One compressed block of `size` bytes; returns its decoded size, or a status < 0. */
-LINUMPY_DEVICE i64 zc_block(const u8* p, u64 size, ZcFrame* f) {
-    if (size == 0) return ZC_LITERALS_BAD;
-    /* -- literals section -- */
+LINUMPY_DEVICE i64 zc_table(u32 k, u32 mode, const u8* p, u64 avail, ZcTable* t) {
+    if (k == 0) return zc_sequence_table(mode, p, avail, t, ZC_LL_DEFAULT, 36, 6, 9, 35);
+    if (k == 1) return zc_sequence_table(mode, p, avail, t, ZC_OF_DEFAULT, 29, 5, 8, 31);
+    return zc_sequence_table(mode, p, avail, t, ZC_ML_DEFAULT, 53, 6, 9, 52);
+}
+
+/* A literals section header: 0 on error. */
+LINUMPY_DEVICE int zc_literals_header(const u8* p, u64 size, u32* type, u32* format,
+                                      u64* regen, u64* header, u64* stored) {
+    if (size == 0) return 0;
     const u32 b0 = p[0];
-    const u32 type = b0 & 3u;
-    const u32 format = (b0 >> 2) & 3u;
-    u64 regen, header, stored;
-    if (type < 2) {
-        if (format == 0 || format == 2) { header = 1; regen = b0 >> 3; }
-        else if (format == 1) {
-            header = 2;
-            if (size < 2) return ZC_LITERALS_BAD;
-            regen = (b0 >> 4) + ((u64)p[1] << 4);
+    *type = b0 & 3u;
+    *format = (b0 >> 2) & 3u;
+    if (*type < 2) {
+        if (*format == 0 || *format == 2) { *header = 1; *regen = b0 >> 3; }
+        else if (*format == 1) {
+            *header = 2;
+            if (size < 2) return 0;
+            *regen = (b0 >> 4) + ((u64)p[1] << 4);
         } else {
-            header = 3;
-            if (size < 3) return ZC_LITERALS_BAD;
-            regen = (b0 >> 4) + ((u64)p[1] << 4) + ((u64)p[2] << 12);
+            *header = 3;
+            if (size < 3) return 0;
+            *regen = (b0 >> 4) + ((u64)p[1] << 4) + ((u64)p[2] << 12);
         }
-        stored = type == 0 ? regen : 1;
+        *stored = *type == 0 ? *regen : 1;
     } else {
-        header = format < 2 ? 3 : (format == 2 ? 4 : 5);
-        if (size < header) return ZC_LITERALS_BAD;
+        *header = *format < 2 ? 3 : (*format == 2 ? 4 : 5);
+        if (size < *header) return 0;
         const u32 h = (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16)
-                    | (header > 3 ? ((u32)p[3] << 24) : 0u);
-        if (header == 3) { regen = (h >> 4) & 0x3FF; stored = (h >> 14) & 0x3FF; }
-        else if (header == 4) { regen = (h >> 4) & 0x3FFF; stored = h >> 18; }
-        else { regen = (h >> 4) & 0x3FFFF; stored = (h >> 22) | ((u64)p[4] << 10); }
+                    | (*header > 3 ? ((u32)p[3] << 24) : 0u);
+        if (*header == 3) { *regen = (h >> 4) & 0x3FF; *stored = (h >> 14) & 0x3FF; }
+        else if (*header == 4) { *regen = (h >> 4) & 0x3FFF; *stored = h >> 18; }
+        else { *regen = (h >> 4) & 0x3FFFF; *stored = (h >> 22) | ((u64)p[4] << 10); }
     }
-    if (regen > f->block_max || header + stored > size) return ZC_LITERALS_BAD;
+    return *header + *stored <= size;
+}
+
+/* The number of sequences at p[*pos]; 0 on error. */
+LINUMPY_DEVICE int zc_sequence_count(const u8* p, u64 size, u64* pos, u64* nseq) {
+    if (*pos >= size) return 0;
+    u64 n = p[(*pos)++];
+    if (n >= 128) {
+        if (n == 255) {
+            if (*pos + 2 > size) return 0;
+            n = (u64)p[*pos] + ((u64)p[*pos + 1] << 8) + 0x7F00;
+            *pos += 2;
+        } else {
+            if (*pos + 1 > size) return 0;
+            n = ((n - 128) << 8) + p[*pos];
+            *pos += 1;
+        }
+    }
+    *nseq = n;
+    return 1;
+}
+
+/* Record in `refs` the tables a compressed block describes (its own literals and sequence
+   table descriptions), without decoding its streams; 0 on error. */
+LINUMPY_DEVICE int zc_block_refs(const u8* p, u64 size, ZcRefs* refs) {
+    u32 type, format;
+    u64 regen, header, stored;
+    if (!zc_literals_header(p, size, &type, &format, &regen, &header, &stored)) return 0;
+    if (type == 2) { refs->huffman = p + header; refs->huffman_avail = stored; }
+    else if (type == 3 && refs->huffman == 0) return 0;
+    u64 pos = header + stored, nseq;
+    if (!zc_sequence_count(p, size, &pos, &nseq)) return 0;
+    if (nseq == 0) return 1;
+    if (pos >= size) return 0;
+    const u32 modes = p[pos++];
+    for (u32 k = 0; k < 3; ++k) {
+        const u32 mode = (modes >> (6 - 2 * k)) & 3u;
+        if (mode == 3) { if (refs->table_mode[k] == 0) return 0; continue; }
+        refs->table[k] = p + pos;
+        refs->table_avail[k] = size - pos;
+        refs->table_mode[k] = mode + 1;
+        if (mode == 1) { pos += 1; }
+        else if (mode == 2) {
+            short norm[64];
+            u32 nsym, log;
+            const u64 used = zc_read_counts(p + pos, size - pos, k == 1 ? 8 : 9,
+                                            k == 0 ? 35 : (k == 1 ? 31 : 52), norm, &nsym, &log);
+            if (used == 0) return 0;
+            pos += used;
+        }
+        if (pos > size) return 0;
+    }
+    return 1;
+}
+
+/* Use of a repeat offset at block position `at`: concrete ones must reach no further back
+   than the frame's start, initial ones are checked by the frame. */
+LINUMPY_DEVICE void zc_use(const ZcRep* r, u64 at, ZcBlockResult* out) {
+    if (r->source < 0) {
+        const i64 back = (i64)r->value - (i64)at;
+        if (back > out->history) out->history = back;
+    } else {
+        const int j = r->source;
+        if (r->value > out->max_delta[j]) out->max_delta[j] = r->value;
+        const i64 room = (i64)at + (i64)r->value;
+        if (room < out->min_room[j]) out->min_room[j] = room;
+    }
+}
+
+/* One compressed block of `size` bytes, on its own: tables it repeats come from the state
+   (or, where not there, from `inherited`), repeat offsets start as the block's initial
+   ones. Fills `out`; out->decoded < 0 on error. */
+LINUMPY_DEVICE void zc_block(const u8* p, u64 size, ZcBlockState* f, const ZcRefs* inherited,
+                             ZcBlockResult* out) {
+    out->history = -(i64)1 << 62;
+    for (int j = 0; j < 3; ++j) {
+        out->max_delta[j] = 0;
+        out->min_room[j] = ZC_NO_ROOM;
+        out->rep[j].source = j;
+        out->rep[j].value = 0;
+    }
+    out->decoded = ZC_LITERALS_BAD;
+    /* -- literals section -- */
+    u32 type, format;
+    u64 regen, header, stored;
+    if (!zc_literals_header(p, size, &type, &format, &regen, &header, &stored)) return;
+    if (regen > f->block_max) return;
     if (type >= 2) {
         const u8* q = p + header;
         u64 avail = stored;
         if (type == 2) {
             const u64 used = zc_read_huffman(q, avail, &f->huffman);
-            if (used == 0) return ZC_LITERALS_BAD;
+            if (used == 0) return;
             q += used;
             avail -= used;
         } else if (!f->huffman.ready) {
-            return ZC_LITERALS_BAD;
+            if (inherited == 0 || inherited->huffman == 0
+                || zc_read_huffman(inherited->huffman, inherited->huffman_avail, &f->huffman) == 0)
+                return;
         }
         if (format == 0) {
-            if (!zc_huffman_1(q, avail, regen, &f->huffman)) return ZC_LITERALS_BAD;
+            if (!zc_huffman_1(q, avail, regen, &f->huffman)) return;
         } else {
-            if (avail < 10 || regen < 6) return ZC_LITERALS_BAD;
+            if (avail < 10 || regen < 6) return;
             const u64 s1 = q[0] | ((u64)q[1] << 8);
             const u64 s2 = q[2] | ((u64)q[3] << 8);
             const u64 s3 = q[4] | ((u64)q[5] << 8);
-            if (6 + s1 + s2 + s3 >= avail) return ZC_LITERALS_BAD;
-            const u64 s4 = avail - 6 - s1 - s2 - s3;
+            if (6 + s1 + s2 + s3 >= avail) return;
             const u64 seg = (regen + 3) / 4;
-            if (3 * seg > regen) return ZC_LITERALS_BAD;
-            const u64 sizes[4] = {s1, s2, s3, s4};
-            if (!zc_huffman_4(q + 6, sizes, seg, regen - 3 * seg, &f->huffman))
-                return ZC_LITERALS_BAD;
+            if (3 * seg > regen) return;
+            const u64 sizes[4] = {s1, s2, s3, avail - 6 - s1 - s2 - s3};
+            if (!zc_huffman_4(q + 6, sizes, seg, regen - 3 * seg, &f->huffman)) return;
         }
     }
-    /* -- sequences section header -- */
-    u64 pos = header + stored;
-    if (pos >= size) return ZC_SEQUENCES_BAD;
-    u64 nseq = p[pos++];
-    if (nseq >= 128) {
-        if (nseq == 255) {
-            if (pos + 2 > size) return ZC_SEQUENCES_BAD;
-            nseq = (u64)p[pos] + ((u64)p[pos + 1] << 8) + 0x7F00;
-            pos += 2;
-        } else {
-            if (pos + 1 > size) return ZC_SEQUENCES_BAD;
-            nseq = ((nseq - 128) << 8) + p[pos];
-            pos += 1;
-        }
-    }
+    /* -- sequences section -- */
+    out->decoded = ZC_SEQUENCES_BAD;
+    u64 pos = header + stored, nseq;
+    if (!zc_sequence_count(p, size, &pos, &nseq)) return;
     u64 block = regen;
     if (nseq == 0) {
-        if (pos != size) return ZC_SEQUENCES_BAD;
-    } else {
-        if (pos >= size) return ZC_SEQUENCES_BAD;
-        const u32 modes = p[pos++];
-        if (modes & 3u) return ZC_SEQUENCES_BAD;
-        i64 used = zc_sequence_table(modes >> 6, p + pos, size - pos, &f->ll,
-                                     ZC_LL_DEFAULT, 36, 6, 9, 35);
-        if (used < 0) return ZC_TABLES_BAD;
+        if (pos != size) return;
+        out->decoded = (i64)block;
+        return;
+    }
+    if (pos >= size) return;
+    const u32 modes = p[pos++];
+    if (modes & 3u) return;
+    ZcTable* tables[3] = {&f->ll, &f->of, &f->ml};
+    out->decoded = ZC_TABLES_BAD;
+    for (u32 k = 0; k < 3; ++k) {
+        const u32 mode = (modes >> (6 - 2 * k)) & 3u;
+        if (mode == 3 && !tables[k]->ready) {
+            if (inherited == 0 || inherited->table_mode[k] == 0
+                || zc_table(k, inherited->table_mode[k] - 1, inherited->table[k],
+                            inherited->table_avail[k], tables[k]) < 0) return;
+        }
+        const i64 used = zc_table(k, mode, p + pos, size - pos, tables[k]);
+        if (used < 0) return;
         pos += (u64)used;
-        used = zc_sequence_table((modes >> 4) & 3u, p + pos, size - pos, &f->of,
-                                 ZC_OF_DEFAULT, 29, 5, 8, 31);
-        if (used < 0) return ZC_TABLES_BAD;
-        pos += (u64)used;
-        used = zc_sequence_table((modes >> 2) & 3u, p + pos, size - pos, &f->ml,
-                                 ZC_ML_DEFAULT, 53, 6, 9, 52);
-        if (used < 0) return ZC_TABLES_BAD;
-        pos += (u64)used;
-        /* -- the sequences, decoded without copying a byte -- */
-        ZcBack b;
-        if (pos >= size || !zc_back_init(&b, p + pos, size - pos)) return ZC_SEQUENCES_BAD;
-        u32 ll_state, of_state, ml_state, v;
-        if (!zc_read(&b, f->ll.log, &ll_state) || !zc_read(&b, f->of.log, &of_state)
-            || !zc_read(&b, f->ml.log, &ml_state)) return ZC_SEQUENCES_BAD;
-        u64 literals_used = 0;
-        u64 at = f->decoded;
-        for (u64 k = 0; k < nseq; ++k) {
-            const u32 lle = f->ll.entries[ll_state];
-            const u32 ofe = f->of.entries[of_state];
-            const u32 mle = f->ml.entries[ml_state];
-            const u32 of_code = ofe & 0xFF, ml_code = mle & 0xFF, ll_code = lle & 0xFF;
-            if (!zc_read(&b, of_code, &v)) return ZC_SEQUENCES_BAD;
-            const u64 of_value = (1ull << of_code) + v;
-            if (!zc_read(&b, ZC_ML_BITS[ml_code], &v)) return ZC_SEQUENCES_BAD;
-            const u64 match = ZC_ML_BASE[ml_code] + v;
-            if (!zc_read(&b, ZC_LL_BITS[ll_code], &v)) return ZC_SEQUENCES_BAD;
-            const u64 literals = ZC_LL_BASE[ll_code] + v;
-            u64 offset;
-            if (of_value > 3) {
-                offset = of_value - 3;
-                f->rep[2] = f->rep[1]; f->rep[1] = f->rep[0]; f->rep[0] = offset;
-            } else {
-                const u64 index = of_value - 1 + (literals == 0 ? 1 : 0);
-                if (index == 0) {
-                    offset = f->rep[0];
-                } else if (index == 3) {
-                    offset = f->rep[0] - 1;
-                    if (offset == 0) return ZC_SEQUENCES_BAD;
-                    f->rep[2] = f->rep[1]; f->rep[1] = f->rep[0]; f->rep[0] = offset;
-                } else {
-                    offset = f->rep[index];
-                    if (index == 2) f->rep[2] = f->rep[1];
-                    f->rep[1] = f->rep[0];
-                    f->rep[0] = offset;
-                }
-            }
-            literals_used += literals;
-            if (literals_used > regen) return ZC_SEQUENCES_BAD;
-            at += literals;
-            if (offset > at) return ZC_SEQUENCES_BAD;
-            at += match;
-            block += match;
-            if (at > f->limit || block > f->block_max) return ZC_SEQUENCES_BAD;
-            if (k + 1 < nseq) {
-                if (!zc_read(&b, (lle >> 8) & 0xFF, &v)) return ZC_SEQUENCES_BAD;
-                ll_state = (lle >> 16) + v;
-                if (!zc_read(&b, (mle >> 8) & 0xFF, &v)) return ZC_SEQUENCES_BAD;
-                ml_state = (mle >> 16) + v;
-                if (!zc_read(&b, (ofe >> 8) & 0xFF, &v)) return ZC_SEQUENCES_BAD;
-                of_state = (ofe >> 16) + v;
+    }
+    out->decoded = ZC_SEQUENCES_BAD;
+    /* -- the sequences, decoded without copying a byte -- */
+    ZcBack b;
+    if (pos >= size || !zc_back_init(&b, p + pos, size - pos)) return;
+    u32 ll_state, of_state, ml_state, v;
+    if (!zc_read(&b, f->ll.log, &ll_state) || !zc_read(&b, f->of.log, &of_state)
+        || !zc_read(&b, f->ml.log, &ml_state)) return;
+    u64 literals_used = 0;
+    u64 at = 0;
+    ZcRep* rep = out->rep;
+    for (u64 k = 0; k < nseq; ++k) {
+        const u32 lle = f->ll.entries[ll_state];
+        const u32 ofe = f->of.entries[of_state];
+        const u32 mle = f->ml.entries[ml_state];
+        const u32 of_code = ofe & 0xFF, ml_code = mle & 0xFF, ll_code = lle & 0xFF;
+        if (!zc_read(&b, of_code, &v)) return;
+        const u64 of_value = (1ull << of_code) + v;
+        if (!zc_read(&b, ZC_ML_BITS[ml_code], &v)) return;
+        const u64 match = ZC_ML_BASE[ml_code] + v;
+        if (!zc_read(&b, ZC_LL_BITS[ll_code], &v)) return;
+        const u64 literals = ZC_LL_BASE[ll_code] + v;
+        literals_used += literals;
+        if (literals_used > regen) return;
+        at += literals;
+        if (of_value > 3) {
+            rep[2] = rep[1]; rep[1] = rep[0];
+            rep[0].value = of_value - 3; rep[0].source = -1;
+        } else {
+            const u64 index = of_value - 1 + (literals == 0 ? 1 : 0);
+            if (index == 3) {
+                ZcRep r = rep[0];
+                if (r.source < 0) { if (r.value <= 1) return; r.value -= 1; }
+                else r.value += 1;
+                rep[2] = rep[1]; rep[1] = rep[0]; rep[0] = r;
+            } else if (index > 0) {
+                const ZcRep r = rep[index];
+                if (index == 2) rep[2] = rep[1];
+                rep[1] = rep[0];
+                rep[0] = r;
             }
         }
-        if (b.bits != 0) return ZC_SEQUENCES_BAD;
+        zc_use(&rep[0], at, out);
+        at += match;
+        block += match;
+        if (block > f->block_max) return;
+        if (k + 1 < nseq) {
+            if (!zc_read(&b, (lle >> 8) & 0xFF, &v)) return;
+            ll_state = (lle >> 16) + v;
+            if (!zc_read(&b, (mle >> 8) & 0xFF, &v)) return;
+            ml_state = (mle >> 16) + v;
+            if (!zc_read(&b, (ofe >> 8) & 0xFF, &v)) return;
+            of_state = (ofe >> 16) + v;
+        }
     }
-    if (block > f->block_max || f->decoded + block > f->limit) return ZC_SEQUENCES_BAD;
-    f->decoded += block;
-    return (i64)block;
+    if (b.bits != 0) return;
+    out->decoded = (i64)block;
+}
+
+/* The frame's side of a block checked on its own: `decoded` bytes came before it and
+   `rep` are the repeat offsets it starts with; both move past it. */
+LINUMPY_DEVICE int zc_resolve(const ZcBlockResult* r, u64* decoded, u64* rep) {
+    if (r->decoded < 0) return (int)r->decoded;
+    if (r->history > (i64)*decoded) return ZC_SEQUENCES_BAD;
+    for (int j = 0; j < 3; ++j) {
+        if (r->min_room[j] == ZC_NO_ROOM) continue;
+        if (rep[j] <= r->max_delta[j] || rep[j] > *decoded + (u64)r->min_room[j])
+            return ZC_SEQUENCES_BAD;
+    }
+    u64 next[3];
+    for (int j = 0; j < 3; ++j)
+        next[j] = r->rep[j].source < 0 ? r->rep[j].value : rep[r->rep[j].source] - r->rep[j].value;
+    for (int j = 0; j < 3; ++j) rep[j] = next[j];
+    *decoded += (u64)r->decoded;
+    return 0;
 }
 
 #define ZSTD_MAGIC 0xFD2FB528u
@@ -543,12 +666,9 @@ LINUMPY_DEVICE u32 zc_rd32(const u8* p) {
     return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
 }
 
-/* Check one frame of `size` bytes that must decode to `want` bytes; `tables` holds
-   TABLE_WORDS words of scratch. Returns the frame's status (FRAME_STATUS) and stores the
-   content checksum, if any, in *stored_checksum. */
-LINUMPY_DEVICE int zc_frame(const u8* p, u64 size, u64 want, u32* tables,
-                            u32* stored_checksum) {
-    *stored_checksum = 0;
+/* A frame's header: 0 with *pos at its first block, or a status. */
+LINUMPY_DEVICE int zc_frame_header(const u8* p, u64 size, u64 want, u64* pos, u64* block_max,
+                                   u32* has_checksum) {
     if (size < 4) return -1;
     const u32 magic = zc_rd32(p);
     if ((magic & 0xFFFFFFF0u) == 0x184D2A50u) return 2;   /* skippable */
@@ -557,69 +677,58 @@ LINUMPY_DEVICE int zc_frame(const u8* p, u64 size, u64 want, u32* tables,
     const u8 fhd = p[4];
     const u32 fcs_flag = fhd >> 6;
     const u32 single_segment = (fhd >> 5) & 1u;
-    const u32 reserved = (fhd >> 3) & 1u;
-    const u32 has_checksum = (fhd >> 2) & 1u;
     const u32 did_flag = fhd & 3u;
-    if (reserved) return -3;
-    u64 pos = 5;
+    if ((fhd >> 3) & 1u) return -3;
+    *has_checksum = (fhd >> 2) & 1u;
+    u64 at = 5;
     u64 window = 0;
     if (!single_segment) {
-        const u8 wd = p[pos++];
+        const u8 wd = p[at++];
         const u32 exponent = wd >> 3;
-        const u32 mantissa = wd & 7u;
         if (exponent > 21) return -12;     /* window log > 31 */
         const u64 base = 1ull << (10 + exponent);
-        window = base + (base >> 3) * mantissa;
+        window = base + (base >> 3) * (wd & 7u);
     }
     const u32 did_size = did_flag == 0 ? 0 : (did_flag == 1 ? 1 : (did_flag == 2 ? 2 : 4));
     const u32 fcs_size = fcs_flag == 0 ? (single_segment ? 1 : 0)
                        : (fcs_flag == 1 ? 2 : (fcs_flag == 2 ? 4 : 8));
-    if (pos + did_size + fcs_size > size) return -6;
+    if (at + did_size + fcs_size > size) return -6;
     u32 did = 0;
-    for (u32 k = 0; k < did_size; ++k) did |= (u32)p[pos + k] << (8 * k);
-    pos += did_size;
+    for (u32 k = 0; k < did_size; ++k) did |= (u32)p[at + k] << (8 * k);
+    at += did_size;
     if (did != 0) return -4;
     if (fcs_size) {
         u64 fcs = 0;
-        for (u32 k = 0; k < fcs_size; ++k) fcs |= (u64)p[pos + k] << (8 * k);
+        for (u32 k = 0; k < fcs_size; ++k) fcs |= (u64)p[at + k] << (8 * k);
         if (fcs_size == 2) fcs += 256;
-        pos += fcs_size;
+        at += fcs_size;
         if (fcs != want) return -5;
         if (single_segment) window = fcs;
     }
-    ZcFrame f;
-    f.ll.entries = tables; f.ll.ready = 0; f.ll.log = 0;
-    f.ml.entries = tables + 512; f.ml.ready = 0; f.ml.log = 0;
-    f.of.entries = tables + 1024; f.of.ready = 0; f.of.log = 0;
-    f.huffman.ready = 0;
-    f.huffman.log = 0;
-    f.huffman.lengths = (u8*)(tables + 1280);
-    f.rep[0] = 1; f.rep[1] = 4; f.rep[2] = 8;
-    f.decoded = 0;
-    f.limit = want;
-    f.block_max = window < ZC_BLOCK_MAX ? window : ZC_BLOCK_MAX;
-    for (;;) {
-        if (pos + 3 > size) return -6;
-        const u32 hdr = (u32)p[pos] | ((u32)p[pos + 1] << 8) | ((u32)p[pos + 2] << 16);
-        pos += 3;
-        const u32 last = hdr & 1u;
-        const u32 type = (hdr >> 1) & 3u;
-        const u64 bsize = hdr >> 3;
-        if (type == 3) return -7;
-        if (bsize > f.block_max) return -8;
-        const u64 stored = type == 1 ? 1 : bsize;
-        if (pos + stored > size) return -6;
-        if (type == 2) {
-            const i64 decoded = zc_block(p + pos, bsize, &f);
-            if (decoded < 0) return (int)decoded;
-        } else {
-            f.decoded += bsize;
-            if (f.decoded > want) return -9;
-        }
-        pos += stored;
-        if (last) break;
-    }
-    if (f.decoded != want) return -9;
+    *pos = at;
+    *block_max = window < ZC_BLOCK_MAX ? window : ZC_BLOCK_MAX;
+    return 0;
+}
+
+/* The next block header at *pos: 0 (and the block's type, size and stored bytes, *pos past
+   its header) or a status. */
+LINUMPY_DEVICE int zc_block_header(const u8* p, u64 size, u64 block_max, u64* pos, u32* last,
+                                   u32* type, u64* bsize) {
+    if (*pos + 3 > size) return -6;
+    const u32 hdr = (u32)p[*pos] | ((u32)p[*pos + 1] << 8) | ((u32)p[*pos + 2] << 16);
+    *pos += 3;
+    *last = hdr & 1u;
+    *type = (hdr >> 1) & 3u;
+    *bsize = hdr >> 3;
+    if (*type == 3) return -7;
+    if (*bsize > block_max) return -8;
+    if (*pos + (*type == 1 ? 1 : *bsize) > size) return -6;
+    return 0;
+}
+
+/* After the last block: the checksum and what follows; the frame's status. */
+LINUMPY_DEVICE int zc_frame_end(const u8* p, u64 size, u64 pos, u32 has_checksum,
+                                u32* stored_checksum) {
     if (has_checksum) {
         if (pos + 4 > size) return -11;
         *stored_checksum = zc_rd32(p + pos);
@@ -633,5 +742,130 @@ LINUMPY_DEVICE int zc_frame(const u8* p, u64 size, u64 want, u32* tables,
         return -10;
     }
     return has_checksum ? 1 : 0;
+}
+
+LINUMPY_DEVICE void zc_state_init(ZcBlockState* f, u32* tables, u64 block_max) {
+    f->ll.entries = tables; f->ll.ready = 0; f->ll.log = 0;
+    f->ml.entries = tables + 512; f->ml.ready = 0; f->ml.log = 0;
+    f->of.entries = tables + 1024; f->of.ready = 0; f->of.log = 0;
+    f->huffman.lengths = (u8*)(tables + 1280);
+    f->huffman.ready = 0;
+    f->huffman.log = 0;
+    f->block_max = block_max;
+}
+
+/* Check one frame of `size` bytes that must decode to `want` bytes, block after block;
+   `tables` holds TABLE_WORDS words of scratch. Returns the frame's status (FRAME_STATUS)
+   and stores the content checksum, if any, in *stored_checksum. */
+LINUMPY_DEVICE int zc_frame(const u8* p, u64 size, u64 want, u32* tables,
+                            u32* stored_checksum) {
+    *stored_checksum = 0;
+    u64 pos, block_max;
+    u32 has_checksum = 0;
+    int status = zc_frame_header(p, size, want, &pos, &block_max, &has_checksum);
+    if (status != 0) return status;
+    ZcBlockState f;
+    zc_state_init(&f, tables, block_max);
+    u64 decoded = 0;
+    u64 rep[3] = {1, 4, 8};
+    for (;;) {
+        u32 last, type;
+        u64 bsize;
+        status = zc_block_header(p, size, block_max, &pos, &last, &type, &bsize);
+        if (status != 0) return status;
+        if (type == 2) {
+            ZcBlockResult r;
+            zc_block(p + pos, bsize, &f, 0, &r);
+            status = zc_resolve(&r, &decoded, rep);
+            if (status != 0) return status;
+        } else {
+            decoded += bsize;
+        }
+        if (decoded > want) return -9;
+        pos += type == 1 ? 1 : bsize;
+        if (last) break;
+    }
+    if (decoded != want) return -9;
+    return zc_frame_end(p, size, pos, has_checksum, stored_checksum);
+}
+
+/* -- the same check split for a GPU: frames walked, blocks checked apart, frames joined -- */
+
+struct ZcBlockDesc {   /* at most DESC_BYTES */
+    const u8* block;
+    u64 size;
+    u64 block_max;
+    u32 type;
+    ZcRefs inherited;
+};
+
+/* Walk one frame's headers and block headers, describing each block (with the tables in
+   effect before it) in descs[0..cap); returns the frame's status as zc_frame does, or 4
+   when it has more than `cap` blocks (left to the CPU). */
+LINUMPY_DEVICE int zc_frame_walk(const u8* p, u64 size, u64 want, ZcBlockDesc* descs, u64 cap,
+                                 u32* nblocks, u32* stored_checksum) {
+    *stored_checksum = 0;
+    *nblocks = 0;
+    u64 pos, block_max;
+    u32 has_checksum = 0;
+    int status = zc_frame_header(p, size, want, &pos, &block_max, &has_checksum);
+    if (status != 0) return status;
+    ZcRefs refs;
+    refs.huffman = 0;
+    refs.huffman_avail = 0;
+    for (int k = 0; k < 3; ++k) { refs.table[k] = 0; refs.table_avail[k] = 0; refs.table_mode[k] = 0; }
+    u64 count = 0, plain = 0;
+    for (;;) {
+        u32 last, type;
+        u64 bsize;
+        status = zc_block_header(p, size, block_max, &pos, &last, &type, &bsize);
+        if (status != 0) return status;
+        if (count == cap) return 4;
+        ZcBlockDesc* d = descs + count++;
+        d->block = p + pos;
+        d->size = bsize;
+        d->block_max = block_max;
+        d->type = type;
+        d->inherited = refs;
+        if (type == 2 && !zc_block_refs(p + pos, bsize, &refs)) return ZC_TABLES_BAD;
+        if (type != 2) {
+            plain += bsize;
+            if (plain > want) return -9;
+        }
+        pos += type == 1 ? 1 : bsize;
+        if (last) break;
+    }
+    *nblocks = (u32)count;
+    return zc_frame_end(p, size, pos, has_checksum, stored_checksum);
+}
+
+/* Check one described block on its own (raw and RLE blocks only count their size). */
+LINUMPY_DEVICE void zc_block_apart(const ZcBlockDesc* d, u32* tables, ZcBlockResult* r) {
+    if (d->type != 2) {
+        r->decoded = (i64)d->size;
+        r->history = -(i64)1 << 62;
+        for (int j = 0; j < 3; ++j) {
+            r->max_delta[j] = 0;
+            r->min_room[j] = ZC_NO_ROOM;
+            r->rep[j].source = j;
+            r->rep[j].value = 0;
+        }
+        return;
+    }
+    ZcBlockState f;
+    zc_state_init(&f, tables, d->block_max);
+    zc_block(d->block, d->size, &f, &d->inherited, r);
+}
+
+/* Join a frame's checked blocks in order; the frame's final status. */
+LINUMPY_DEVICE int zc_frame_join(const ZcBlockResult* results, u32 nblocks, u64 want) {
+    u64 decoded = 0;
+    u64 rep[3] = {1, 4, 8};
+    for (u32 k = 0; k < nblocks; ++k) {
+        const int status = zc_resolve(results + k, &decoded, rep);
+        if (status != 0) return status;
+        if (decoded > want) return -9;
+    }
+    return decoded == want ? 0 : -9;
 }
 """

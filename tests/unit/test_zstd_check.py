@@ -12,7 +12,7 @@ import pytest
 from numcodecs import Zstd
 
 from linumpy_gpu.gpu.kernels import FRAME_STATUS
-from linumpy_gpu.gpu.zstd_check import SOURCE, TABLE_WORDS
+from linumpy_gpu.gpu.zstd_check import DESC_BYTES, RESULT_BYTES, SOURCE, TABLE_WORDS
 
 HARNESS = r"""
 typedef unsigned long long u64;
@@ -21,10 +21,26 @@ typedef unsigned char u8;
 #define LINUMPY_DEVICE static inline
 #define LINUMPY_CONSTANT static const
 %s
+static u32 tables[%d];
 extern "C" int check_frame(const u8* p, u64 size, u64 want, u32* stored) {
-    static u32 tables[%d];
     return zc_frame(p, size, want, tables, stored);
 }
+/* the GPU's way: walk, check every block apart (fresh tables each), join */
+extern "C" int check_frame_split(const u8* p, u64 size, u64 want, u32* stored) {
+    static ZcBlockDesc descs[4096];
+    static ZcBlockResult results[4096];
+    u32 nblocks = 0;
+    int status = zc_frame_walk(p, size, want, descs, want / 16384 + 4, &nblocks, stored);
+    if (status != 0 && status != 1) return status;
+    for (u32 k = 0; k < nblocks; ++k) {
+        for (u32 w = 0; w < sizeof(tables) / 4; ++w) tables[w] = 0xDEADBEEFu;
+        zc_block_apart(descs + k, tables, results + k);
+    }
+    const int joined = zc_frame_join(results, nblocks, want);
+    return joined != 0 ? joined : status;
+}
+static_assert(sizeof(ZcBlockDesc) <= %d, "block description");
+static_assert(sizeof(ZcBlockResult) <= %d, "block result");
 """
 
 
@@ -35,7 +51,7 @@ def check(tmp_path_factory):
         pytest.skip("no C++ compiler to build the host copy of the zstd check")
     folder = tmp_path_factory.mktemp("zstd_check")
     source = folder / "check.cpp"
-    source.write_text(HARNESS % (SOURCE, TABLE_WORDS))
+    source.write_text(HARNESS % (SOURCE, TABLE_WORDS, DESC_BYTES, RESULT_BYTES))
     library = folder / "check.so"
     built = subprocess.run(
         [compiler, "-O1", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(library), str(source)],
@@ -44,17 +60,23 @@ def check(tmp_path_factory):
     )
     assert built.returncode == 0, built.stderr
     lib = ctypes.CDLL(str(library))
-    lib.check_frame.restype = ctypes.c_int
-    lib.check_frame.argtypes = [
-        ctypes.c_char_p,
-        ctypes.c_uint64,
-        ctypes.c_uint64,
-        ctypes.POINTER(ctypes.c_uint32),
-    ]
+    for function in (lib.check_frame, lib.check_frame_split):
+        function.restype = ctypes.c_int
+        function.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_uint64,
+            ctypes.c_uint64,
+            ctypes.POINTER(ctypes.c_uint32),
+        ]
 
     def run(frame: bytes, want: int) -> int:
+        """The frame's status; the block-by-block check (as the GPU runs it) must agree
+        with the frame-at-once one on whether the frame passes."""
         stored = ctypes.c_uint32()
-        return int(lib.check_frame(frame, len(frame), want, ctypes.byref(stored)))
+        whole = int(lib.check_frame(frame, len(frame), want, ctypes.byref(stored)))
+        split = int(lib.check_frame_split(frame, len(frame), want, ctypes.byref(stored)))
+        assert (whole >= 0) == (split >= 0), (whole, split)
+        return whole
 
     return run
 
