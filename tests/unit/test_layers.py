@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "linumpy_gpu"
 # (rank, module prefixes): a module may import modules of its own rank or below.
 LAYERS = [
     (0, ["errors", "config", "_version", "codecs", "core", "io", "progress"]),
-    (1, ["gpu.nvcomp", "gpu.kernels", "gpu.deps", "gpu.pinned"]),
+    (1, ["gpu.nvcomp", "gpu.kernels", "gpu.zstd_check", "gpu.deps", "gpu.pinned"]),
     (
         2,
         [
