@@ -29,6 +29,14 @@ typedef unsigned char u8;
 
 _KERNELS = r"""
 
+extern "C" __global__ void zstd_frame_blocks(
+    const u8* __restrict__ src, const u64* __restrict__ offsets, const u64* __restrict__ sizes,
+    const u64* __restrict__ expected, const int n, u32* __restrict__ counts)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) counts[i] = zc_frame_blocks(src + offsets[i], sizes[i], expected[i]);
+}
+
 /* The zstd check in three steps, so that the long part runs one thread per block rather
    than per frame: walk each frame (one thread a frame), check each block apart (one thread
    a block, decoding tables in `tables`), join each frame's blocks (one thread a frame). */
@@ -348,7 +356,6 @@ FRAME_STATUS = {
     1: ("valid frame with content checksum", True),
     2: ("skippable frame", True),
     3: ("several concatenated frames", True),
-    4: ("a frame of unusually many small blocks", True),
     -1: ("empty or shorter than a zstd magic number", False),
     -2: ("bad zstd magic number", False),
     -3: ("reserved bit set in the frame header", False),
@@ -394,10 +401,6 @@ _SOURCE = (
 # multiprocessors.
 _BLOCK_CHECK_WORKERS = 16384
 _CHECK_BLOCK = 32
-# A frame may have one block per this many decoded bytes (and a few more) for the GPU check;
-# zstd writes blocks of up to 128 KiB, so only frames cut into unusually small blocks are
-# left to the CPU.
-_BYTES_PER_BLOCK = 16384
 
 
 def check_zstd_frames(
@@ -420,15 +423,19 @@ def check_zstd_frames(
     n = len(expected_host)
     if n == 0:
         return
-    caps = np.asarray(expected_host, dtype=np.uint64) // np.uint64(_BYTES_PER_BLOCK) + np.uint64(4)
+    frames_grid = ((n + _CHECK_BLOCK - 1) // _CHECK_BLOCK,)
+    counts = cupy.empty(n, dtype=np.uint32)
+    kernel("zstd_frame_blocks")(
+        frames_grid, (_CHECK_BLOCK,), (base, offsets, sizes, expected, np.int32(n), counts)
+    )
+    # waits for the block counts: they size the buffers below
     first_desc = np.zeros(n + 1, dtype=np.uint64)
-    np.cumsum(caps, out=first_desc[1:])
-    total = int(first_desc[-1])
+    np.cumsum(counts.get(stream=cupy.cuda.get_current_stream()), out=first_desc[1:])
+    total = max(int(first_desc[-1]), 1)
     d_first = cupy.asarray(first_desc)
     descs = cupy.empty(total * zstd_check.DESC_BYTES, dtype=np.uint8)
     results = cupy.empty(total * zstd_check.RESULT_BYTES, dtype=np.uint8)
     nblocks = cupy.empty(n, dtype=np.uint32)
-    frames_grid = ((n + _CHECK_BLOCK - 1) // _CHECK_BLOCK,)
     kernel("zstd_frame_walk")(
         frames_grid,
         (_CHECK_BLOCK,),

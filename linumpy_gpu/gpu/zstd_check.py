@@ -23,8 +23,8 @@ libzstd.
 
 from __future__ import annotations
 
-# Bytes reserved for one block's description and for one block's result (both structs of
-# the source below are smaller).
+# The size of one block's description and of one block's result (structs of the source
+# below, padded to these sizes).
 DESC_BYTES = 128
 RESULT_BYTES = 128
 
@@ -365,7 +365,7 @@ struct ZcRefs {
 struct ZcRep { u64 value; int source; };
 
 /* What a block leaves for its frame to check once the blocks before it are known. */
-struct ZcBlockResult {   /* at most RESULT_BYTES */
+struct alignas(128) ZcBlockResult {   /* RESULT_BYTES */
     i64 decoded;        /* the block's decoded size, or a status < 0 */
     i64 history;        /* bytes before the block its new offsets reach back past */
     u64 max_delta[3];   /* initial repeat offset j was used less up to this */
@@ -791,7 +791,7 @@ LINUMPY_DEVICE int zc_frame(const u8* p, u64 size, u64 want, u32* tables,
 
 /* -- the same check split for a GPU: frames walked, blocks checked apart, frames joined -- */
 
-struct ZcBlockDesc {   /* at most DESC_BYTES */
+struct alignas(128) ZcBlockDesc {   /* DESC_BYTES */
     const u8* block;
     u64 size;
     u64 block_max;
@@ -799,9 +799,24 @@ struct ZcBlockDesc {   /* at most DESC_BYTES */
     ZcRefs inherited;
 };
 
+/* The number of block headers of a frame that read well (all of them, in a sound frame). */
+LINUMPY_DEVICE u32 zc_frame_blocks(const u8* p, u64 size, u64 want) {
+    u64 pos, block_max;
+    u32 has_checksum = 0, count = 0;
+    if (zc_frame_header(p, size, want, &pos, &block_max, &has_checksum) != 0) return 0;
+    for (;;) {
+        u32 last, type;
+        u64 bsize;
+        if (zc_block_header(p, size, block_max, &pos, &last, &type, &bsize) != 0) return count;
+        count += 1;
+        pos += type == 1 ? 1 : bsize;
+        if (last) return count;
+    }
+}
+
 /* Walk one frame's headers and block headers, describing each block (with the tables in
-   effect before it) in descs[0..cap); returns the frame's status as zc_frame does, or 4
-   when it has more than `cap` blocks (left to the CPU). */
+   effect before it) in descs[0..cap), cap from zc_frame_blocks; returns the frame's
+   status as zc_frame does. */
 LINUMPY_DEVICE int zc_frame_walk(const u8* p, u64 size, u64 want, ZcBlockDesc* descs, u64 cap,
                                  u32* nblocks, u32* stored_checksum) {
     *stored_checksum = 0;
@@ -820,7 +835,7 @@ LINUMPY_DEVICE int zc_frame_walk(const u8* p, u64 size, u64 want, ZcBlockDesc* d
         u64 bsize;
         status = zc_block_header(p, size, block_max, &pos, &last, &type, &bsize);
         if (status != 0) return status;
-        if (count == cap) return 4;
+        if (count == cap) return -9;   /* not after zc_frame_blocks */
         ZcBlockDesc* d = descs + count++;
         d->block = p + pos;
         d->size = bsize;
