@@ -2,11 +2,9 @@
 checksums, Blosc unshuffles and the scatter of decoded chunks into an output.
 
 nvCOMP assumes valid input; on damaged frames it can hang, kill the CUDA context or return
-wrong bytes. ``check_zstd_frames`` runs the content check of ``zstd_check.py`` on every
-frame before decode: ``zstd_frame_walk`` reads each frame's header and block headers (one
-thread a frame), ``zstd_block_check`` decodes every block's literals and sequences without
-writing a byte (one thread a block), ``zstd_frame_join`` joins each frame's blocks (sizes,
-offsets reaching back into earlier blocks, repeat offsets).
+wrong bytes. ``zstd_frame_check`` walks each frame's header and block headers (one thread a
+frame) and accounts for every byte, so truncation, bad magic, reserved bits, impossible
+block sizes, wrong declared sizes and trailing bytes are refused before decode.
 ``zstd_xxh64_verify`` recomputes the frame content checksum of decoded chunks.
 ``lz4_block_check`` walks every sequence of each raw LZ4 block (one thread a block) with the
 rules of LZ4's own safe decoder, so nvCOMP only sees blocks whose every literal and match
@@ -19,78 +17,103 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from linumpy_gpu.gpu import zstd_check
-
-_TYPES = r"""
+# Status codes written by zstd_frame_check (mirrored in FRAME_STATUS below).
+_SOURCE = r"""
 typedef unsigned long long u64;
 typedef unsigned int u32;
 typedef unsigned char u8;
-"""
 
-_KERNELS = r"""
+#define ZSTD_MAGIC 0xFD2FB528u
+#define BLOCK_MAX (128u * 1024u)
 
-extern "C" __global__ void zstd_frame_blocks(
-    const u8* __restrict__ src, const u64* __restrict__ offsets, const u64* __restrict__ sizes,
-    const u64* __restrict__ expected, const int n, u32* __restrict__ counts)
-{
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) counts[i] = zc_frame_blocks(src + offsets[i], sizes[i], expected[i]);
+__device__ __forceinline__ u32 rd32(const u8* p) {
+    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
 }
 
-/* The zstd check in three steps, so that the long part runs one thread per block rather
-   than per frame: walk each frame (one thread a frame), check each block apart (one thread
-   a block, decoding tables in `tables`), join each frame's blocks (one thread a frame). */
-extern "C" __global__ void zstd_frame_walk(
+extern "C" __global__ void zstd_frame_check(
     const u8* __restrict__ src, const u64* __restrict__ offsets, const u64* __restrict__ sizes,
-    const u64* __restrict__ expected, const u64* __restrict__ first_desc, const int n,
-    u8* __restrict__ descs, u32* __restrict__ nblocks,
+    const u64* __restrict__ expected, const int n,
     int* __restrict__ status, u32* __restrict__ stored_checksum)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    status[i] = zc_frame_walk(src + offsets[i], sizes[i], expected[i],
-                              (ZcBlockDesc*)(descs + first_desc[i] * ZC_DESC_BYTES),
-                              first_desc[i + 1] - first_desc[i], nblocks + i,
-                              stored_checksum + i);
-}
-
-/* block_start: per frame, the number of blocks to check in the frames before it (frames
-   the walk refused count none); n + 1 entries. */
-extern "C" __global__ void zstd_block_check(
-    const u8* __restrict__ descs, const u64* __restrict__ first_desc,
-    const u64* __restrict__ block_start, const int n,
-    u8* __restrict__ results, u32* __restrict__ tables)
-{
-    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    const u64 workers = (u64)gridDim.x * blockDim.x;
-    const u64 total = block_start[n];
-    u32* mine = tables + first * ZC_TABLE_WORDS;
-    for (u64 j = first; j < total; j += workers) {
-        int lo = 0, hi = n;   /* the frame of block j: block_start[lo] <= j < block_start[hi] */
-        while (hi - lo > 1) {
-            const int mid = (lo + hi) / 2;
-            if (block_start[mid] <= j) lo = mid; else hi = mid;
-        }
-        const u64 slot = first_desc[lo] + (j - block_start[lo]);
-        zc_block_apart((const ZcBlockDesc*)(descs + slot * ZC_DESC_BYTES), mine,
-                       (ZcBlockResult*)(results + slot * ZC_RESULT_BYTES));
+    const u8* p = src + offsets[i];
+    const u64 size = sizes[i];
+    const u64 want = expected[i];
+    stored_checksum[i] = 0;
+    if (size < 4) { status[i] = -1; return; }
+    const u32 magic = rd32(p);
+    if ((magic & 0xFFFFFFF0u) == 0x184D2A50u) { status[i] = 2; return; }   /* skippable */
+    if (magic != ZSTD_MAGIC) { status[i] = -2; return; }
+    if (size < 6) { status[i] = -6; return; }
+    const u8 fhd = p[4];
+    const u32 fcs_flag = fhd >> 6;
+    const u32 single_segment = (fhd >> 5) & 1u;
+    const u32 reserved = (fhd >> 3) & 1u;
+    const u32 has_checksum = (fhd >> 2) & 1u;
+    const u32 did_flag = fhd & 3u;
+    if (reserved) { status[i] = -3; return; }
+    u64 pos = 5;
+    u64 window = 0;
+    if (!single_segment) {
+        const u8 wd = p[pos++];
+        const u32 exponent = wd >> 3;
+        const u32 mantissa = wd & 7u;
+        if (exponent > 21) { status[i] = -12; return; }     /* window log > 31 */
+        const u64 base = 1ull << (10 + exponent);
+        window = base + (base >> 3) * mantissa;
     }
-}
-
-extern "C" __global__ void zstd_frame_join(
-    const u8* __restrict__ results, const u64* __restrict__ first_desc,
-    const u32* __restrict__ nblocks, const u64* __restrict__ expected, const int n,
-    int* __restrict__ status)
-{
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n || (status[i] != 0 && status[i] != 1)) return;
-    const int joined = zc_frame_join(
-        (const ZcBlockResult*)(results + first_desc[i] * ZC_RESULT_BYTES), nblocks[i], expected[i]);
-    if (joined != 0) status[i] = joined;
-}
-
-__device__ __forceinline__ u32 rd32(const u8* p) {
-    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+    const u32 did_size = did_flag == 0 ? 0 : (did_flag == 1 ? 1 : (did_flag == 2 ? 2 : 4));
+    const u32 fcs_size = fcs_flag == 0 ? (single_segment ? 1 : 0)
+                       : (fcs_flag == 1 ? 2 : (fcs_flag == 2 ? 4 : 8));
+    if (pos + did_size + fcs_size > size) { status[i] = -6; return; }
+    u32 did = 0;
+    for (u32 k = 0; k < did_size; ++k) did |= (u32)p[pos + k] << (8 * k);
+    pos += did_size;
+    if (did != 0) { status[i] = -4; return; }
+    if (fcs_size) {
+        u64 fcs = 0;
+        for (u32 k = 0; k < fcs_size; ++k) fcs |= (u64)p[pos + k] << (8 * k);
+        if (fcs_size == 2) fcs += 256;
+        pos += fcs_size;
+        if (fcs != want) { status[i] = -5; return; }
+        if (single_segment) window = fcs;
+    }
+    const u64 block_max = window < BLOCK_MAX ? window : BLOCK_MAX;
+    u64 exact = 0, compressed_blocks = 0;
+    for (;;) {
+        if (pos + 3 > size) { status[i] = -6; return; }
+        const u32 hdr = (u32)p[pos] | ((u32)p[pos + 1] << 8) | ((u32)p[pos + 2] << 16);
+        pos += 3;
+        const u32 last = hdr & 1u;
+        const u32 type = (hdr >> 1) & 3u;
+        const u64 bsize = hdr >> 3;
+        if (type == 3) { status[i] = -7; return; }
+        if (bsize > block_max) { status[i] = -8; return; }
+        const u64 stored = type == 1 ? 1 : bsize;
+        if (pos + stored > size) { status[i] = -6; return; }
+        if (type == 2) { compressed_blocks += 1; if (bsize == 0) { status[i] = -8; return; } }
+        else exact += bsize;
+        pos += stored;
+        if (exact > want) { status[i] = -9; return; }
+        if (last) break;
+    }
+    if (want > exact + compressed_blocks * block_max) { status[i] = -9; return; }
+    if (has_checksum) {
+        if (pos + 4 > size) { status[i] = -11; return; }
+        stored_checksum[i] = rd32(p + pos);
+        pos += 4;
+    }
+    if (pos != size) {
+        if (size - pos >= 4 && (rd32(p + pos) == ZSTD_MAGIC ||
+                                (rd32(p + pos) & 0xFFFFFFF0u) == 0x184D2A50u)) {
+            status[i] = 3;   /* more frames follow: valid zstd, decoded on the CPU */
+        } else {
+            status[i] = -10;
+        }
+        return;
+    }
+    status[i] = has_checksum ? 1 : 0;
 }
 
 #define P1 11400714785074694791ull
@@ -368,9 +391,6 @@ FRAME_STATUS = {
     -10: ("trailing bytes after the frame", False),
     -11: ("truncated content checksum", False),
     -12: ("window size larger than 2 GiB", False),
-    -13: ("damaged literals section (header, Huffman table or stream)", False),
-    -14: ("damaged sequence table description", False),
-    -15: ("damaged sequences (a bitstream, literal run or match offset out of bounds)", False),
 }
 
 # status -> meaning, written by lz4_block_check
@@ -383,79 +403,6 @@ LZ4_STATUS = {
     -6: "LZ4 match offset outside the decoded bytes",
     -7: "LZ4 match runs into the block's last five bytes or past its end",
 }
-
-
-_SOURCE = (
-    _TYPES
-    + f"#define ZC_TABLE_WORDS {zstd_check.TABLE_WORDS}\n"
-    + f"#define ZC_DESC_BYTES {zstd_check.DESC_BYTES}ull\n"
-    + f"#define ZC_RESULT_BYTES {zstd_check.RESULT_BYTES}ull\n"
-    + zstd_check.SOURCE
-    + 'static_assert(sizeof(ZcBlockDesc) <= ZC_DESC_BYTES, "block description");\n'
-    + 'static_assert(sizeof(ZcBlockResult) <= ZC_RESULT_BYTES, "block result");\n'
-    + _KERNELS
-)
-
-# At most this many threads check zstd blocks at once, each with its decoding tables in
-# TABLE_WORDS words of device scratch; blocks of one warp spread the work over many
-# multiprocessors.
-_BLOCK_CHECK_WORKERS = 16384
-_CHECK_BLOCK = 32
-
-
-def check_zstd_frames(
-    base: Any,
-    offsets: Any,
-    sizes: Any,
-    expected: Any,
-    expected_host: Any,
-    status: Any,
-    stored: Any,
-) -> None:
-    """Queue the zstd check on the current stream: frame ``i`` lies at ``base + offsets[i]``
-    (device memory), ``sizes[i]`` bytes long, and must decode to ``expected[i]`` bytes
-    (``expected_host``: the same sizes in host memory). Writes each frame's
-    ``FRAME_STATUS`` code to ``status[i]`` and its stored content checksum (if any) to
-    ``stored[i]``."""
-    import cupy
-    import numpy as np
-
-    n = len(expected_host)
-    if n == 0:
-        return
-    frames_grid = ((n + _CHECK_BLOCK - 1) // _CHECK_BLOCK,)
-    counts = cupy.empty(n, dtype=np.uint32)
-    kernel("zstd_frame_blocks")(
-        frames_grid, (_CHECK_BLOCK,), (base, offsets, sizes, expected, np.int32(n), counts)
-    )
-    # waits for the block counts: they size the buffers below
-    first_desc = np.zeros(n + 1, dtype=np.uint64)
-    np.cumsum(counts.get(stream=cupy.cuda.get_current_stream()), out=first_desc[1:])
-    total = max(int(first_desc[-1]), 1)
-    d_first = cupy.asarray(first_desc)
-    descs = cupy.empty(total * zstd_check.DESC_BYTES, dtype=np.uint8)
-    results = cupy.empty(total * zstd_check.RESULT_BYTES, dtype=np.uint8)
-    nblocks = cupy.empty(n, dtype=np.uint32)
-    kernel("zstd_frame_walk")(
-        frames_grid,
-        (_CHECK_BLOCK,),
-        (base, offsets, sizes, expected, d_first, np.int32(n), descs, nblocks, status, stored),
-    )
-    walked = cupy.where((status == 0) | (status == 1), nblocks, 0).astype(np.uint64)
-    block_start = cupy.zeros(n + 1, dtype=np.uint64)
-    cupy.cumsum(walked, out=block_start[1:])
-    workers = min(total, _BLOCK_CHECK_WORKERS)
-    tables = cupy.empty(workers * zstd_check.TABLE_WORDS, dtype=np.uint32)
-    kernel("zstd_block_check")(
-        ((workers + _CHECK_BLOCK - 1) // _CHECK_BLOCK,),
-        (_CHECK_BLOCK,),
-        (descs, d_first, block_start, np.int32(n), results, tables),
-    )
-    kernel("zstd_frame_join")(
-        frames_grid,
-        (_CHECK_BLOCK,),
-        (results, d_first, nblocks, expected, np.int32(n), status),
-    )
 
 
 @cache

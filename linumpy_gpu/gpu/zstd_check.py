@@ -18,7 +18,15 @@ decoder would, without writing a byte (RFC 8878):
 A frame passes only if every bitstream is consumed exactly, as libzstd requires. The source
 compiles as CUDA (``LINUMPY_DEVICE`` unset) and as host C++ (the includer defines
 ``LINUMPY_DEVICE`` and ``LINUMPY_CONSTANT`` first), so a CPU test can hold it against
-libzstd.
+libzstd. ``zc_frame`` checks a frame block after block; ``zc_frame_blocks``,
+``zc_frame_walk``, ``zc_block_apart`` and ``zc_frame_join`` check the same frame with one
+thread per block, as a GPU wants it.
+
+The read path does not run this check yet: ``kernels.py`` checks frame and block structure
+only, and ``docs/gpu.md`` names the damage that leaves unchecked. As a synchronous step
+before each nvCOMP batch the check costs about as much as the decode itself, and its
+decoding tables sit outside the read's memory budget; it joins the read path once it
+overlaps with the previous batch's decode and draws its scratch from that budget.
 """
 
 from __future__ import annotations

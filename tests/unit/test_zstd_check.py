@@ -165,9 +165,3 @@ def test_wrong_size_and_garbage_are_refused(check):
     for seed in range(20):
         garbage = frame[:6] + rng.integers(0, 256, 4096, dtype=np.uint8).tobytes()
         assert check(garbage, len(data)) < 0, seed
-
-
-def test_status_codes_are_named():
-    for code in (-13, -14, -15):
-        meaning, decodable = FRAME_STATUS[code]
-        assert meaning and not decodable

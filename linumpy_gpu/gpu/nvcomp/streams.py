@@ -7,7 +7,7 @@ Decode of one batch:
      :class:`~linumpy_gpu.codecs.layout.StreamLayout`, no device round trip), checking every
      offset and size against its chunk;
   2. the frames go to the device in one copy (per staging arena);
-  3. ``lz4_block_check`` walks every LZ4 stream and ``check_zstd_frames`` every zstd stream:
+  3. ``lz4_block_check`` walks every LZ4 stream and ``zstd_frame_check`` every zstd stream:
      a chunk with a stream either refuses is not given to nvCOMP;
   4. nvCOMP decodes the remaining streams (LZ4 and zstd batches) into a scratch buffer and
      reports a status and size per stream;
@@ -27,7 +27,7 @@ import numpy as np
 
 from linumpy_gpu.codecs.layout import StreamLayout
 from linumpy_gpu.core.placement import SLOT_ALIGN
-from linumpy_gpu.gpu.kernels import FRAME_STATUS, LZ4_STATUS, check_zstd_frames, kernel
+from linumpy_gpu.gpu.kernels import FRAME_STATUS, LZ4_STATUS, kernel
 from linumpy_gpu.gpu.nvcomp.lib import lz4_api
 from linumpy_gpu.gpu.nvcomp.zstd import (
     DecodedBatch,
@@ -230,7 +230,11 @@ def _check(
             )
         else:
             stored = cp.empty(m, dtype=np.uint32)
-            check_zstd_frames(base, d_meta[0], d_meta[1], d_meta[2], meta[2], status, stored)
+            kernel("zstd_frame_check")(
+                grid,
+                (_THREADS,),
+                (base, d_meta[0], d_meta[1], d_meta[2], np.int32(m), status, stored),
+            )
     return status
 
 

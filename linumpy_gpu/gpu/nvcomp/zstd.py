@@ -2,8 +2,7 @@
 
 Decode of one batch:
   1. stage the compressed frames in one device buffer (from pinned host memory: one copy);
-  2. ``check_zstd_frames`` validates every frame (headers, every block's literals and
-     sequences decoded without output, sizes, end);
+  2. ``zstd_frame_check`` validates every frame (header, every block header, sizes, end);
   3. only frames that pass go to ``nvcompBatchedZstdDecompressAsync``, which writes straight
      into the caller's output slots and reports a status and an actual size per frame (its
      workspace sized from the frames' sizes: sizing it from the frames themselves halves it
@@ -28,7 +27,7 @@ import numpy as np
 from linumpy_gpu.codecs import zstd as zstd_cpu
 from linumpy_gpu.core.placement import SLOT_ALIGN, best_fit
 from linumpy_gpu.errors import CodecError, NvcompError
-from linumpy_gpu.gpu.kernels import FRAME_STATUS, check_zstd_frames, kernel
+from linumpy_gpu.gpu.kernels import FRAME_STATUS, kernel
 from linumpy_gpu.gpu.nvcomp.lib import zstd_api
 from linumpy_gpu.gpu.pinned import GrowingHostBuffer
 
@@ -153,7 +152,7 @@ class ZstdBatchCodec:
     def _check_frames(
         self, base: np.uint64, offsets: np.ndarray, sizes: np.ndarray, nbytes: int
     ) -> tuple[Any, Any, np.ndarray]:
-        """Run ``check_zstd_frames`` over frames at ``base + offsets`` (device memory, or
+        """Run ``zstd_frame_check`` over frames at ``base + offsets`` (device memory, or
         pinned host memory the device reads directly) on this stream; returns the verdicts
         and stored checksums on the device, and the verdicts on the host (waited for)."""
         cp = self.cupy
@@ -164,7 +163,11 @@ class ZstdBatchCodec:
         with self.stream:
             status_d = cp.empty(n, dtype=np.int32)
             stored_d = cp.empty(n, dtype=np.uint32)
-            check_zstd_frames(base, d_meta[0], d_meta[1], d_meta[2], meta[2], status_d, stored_d)
+            kernel("zstd_frame_check")(
+                ((n + _BLOCK - 1) // _BLOCK,),
+                (_BLOCK,),
+                (base, d_meta[0], d_meta[1], d_meta[2], np.int32(n), status_d, stored_d),
+            )
         return status_d, stored_d, status_d.get(stream=self.stream)
 
     def decode_host(
