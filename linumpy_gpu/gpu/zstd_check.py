@@ -521,19 +521,25 @@ LINUMPY_DEVICE void zc_use(const ZcRep* r, u64 at, ZcBlockResult* out) {
     }
 }
 
+/* A result that asks nothing of the blocks before it and leaves the repeat offsets as
+   they were. */
+LINUMPY_DEVICE void zc_result_init(ZcBlockResult* r, i64 decoded) {
+    r->decoded = decoded;
+    r->history = -(i64)1 << 62;
+    for (int j = 0; j < 3; ++j) {
+        r->max_delta[j] = 0;
+        r->min_room[j] = ZC_NO_ROOM;
+        r->rep[j].source = j;
+        r->rep[j].value = 0;
+    }
+}
+
 /* One compressed block of `size` bytes, on its own: tables it repeats come from the state
    (or, where not there, from `inherited`), repeat offsets start as the block's initial
    ones. Fills `out`; out->decoded < 0 on error. */
 LINUMPY_DEVICE void zc_block(const u8* p, u64 size, ZcBlockState* f, const ZcRefs* inherited,
                              ZcBlockResult* out) {
-    out->history = -(i64)1 << 62;
-    for (int j = 0; j < 3; ++j) {
-        out->max_delta[j] = 0;
-        out->min_room[j] = ZC_NO_ROOM;
-        out->rep[j].source = j;
-        out->rep[j].value = 0;
-    }
-    out->decoded = ZC_LITERALS_BAD;
+    zc_result_init(out, ZC_LITERALS_BAD);
     /* -- literals section -- */
     u32 type, format;
     u64 regen, header, stored;
@@ -865,14 +871,7 @@ LINUMPY_DEVICE int zc_frame_walk(const u8* p, u64 size, u64 want, ZcBlockDesc* d
 /* Check one described block on its own (raw and RLE blocks only count their size). */
 LINUMPY_DEVICE void zc_block_apart(const ZcBlockDesc* d, u32* tables, ZcBlockResult* r) {
     if (d->type != 2) {
-        r->decoded = (i64)d->size;
-        r->history = -(i64)1 << 62;
-        for (int j = 0; j < 3; ++j) {
-            r->max_delta[j] = 0;
-            r->min_room[j] = ZC_NO_ROOM;
-            r->rep[j].source = j;
-            r->rep[j].value = 0;
-        }
+        zc_result_init(r, (i64)d->size);
         return;
     }
     ZcBlockState f;
