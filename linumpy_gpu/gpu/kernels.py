@@ -2,9 +2,12 @@
 checksums, Blosc unshuffles and the scatter of decoded chunks into an output.
 
 nvCOMP assumes valid input; on damaged frames it can hang, kill the CUDA context or return
-wrong bytes. ``zstd_frame_check`` walks each frame's header and block headers (one thread a
-frame) and accounts for every byte, so truncation, bad magic, reserved bits, impossible
-block sizes, wrong declared sizes and trailing bytes are refused before decode.
+wrong bytes. ``check_zstd_frames`` runs the content check of ``zstd_check.py`` on every
+frame before decode: ``zstd_frame_walk`` reads each frame's header and block headers (one
+thread a frame), ``zstd_block_check`` decodes every block's sequences and each of its
+literal streams without writing a byte (one thread a part, so that no thread decodes more
+than one bitstream of a block), ``zstd_frame_join`` joins each frame's blocks (sizes,
+offsets reaching back into earlier blocks, repeat offsets).
 ``zstd_xxh64_verify`` recomputes the frame content checksum of decoded chunks.
 ``lz4_block_check`` walks every sequence of each raw LZ4 block (one thread a block) with the
 rules of LZ4's own safe decoder, so nvCOMP only sees blocks whose every literal and match
@@ -14,106 +17,89 @@ stays inside the input and the output and that end exactly at both ends.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-# Status codes written by zstd_frame_check (mirrored in FRAME_STATUS below).
-_SOURCE = r"""
+from linumpy_gpu.gpu import zstd_check
+
+_TYPES = r"""
 typedef unsigned long long u64;
 typedef unsigned int u32;
 typedef unsigned char u8;
+"""
 
-#define ZSTD_MAGIC 0xFD2FB528u
-#define BLOCK_MAX (128u * 1024u)
-
-__device__ __forceinline__ u32 rd32(const u8* p) {
-    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+_ZSTD_CHECK = r"""
+extern "C" __global__ void zstd_frame_blocks(
+    const u8* __restrict__ src, const u64* __restrict__ offsets, const u64* __restrict__ sizes,
+    const u64* __restrict__ expected, const int n, u32* __restrict__ counts)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) counts[i] = zc_frame_blocks(src + offsets[i], sizes[i], expected[i]);
 }
 
-extern "C" __global__ void zstd_frame_check(
+extern "C" __global__ void zstd_frame_walk(
     const u8* __restrict__ src, const u64* __restrict__ offsets, const u64* __restrict__ sizes,
-    const u64* __restrict__ expected, const int n,
+    const u64* __restrict__ expected, const u64* __restrict__ first_desc, const int n,
+    u8* __restrict__ descs, u32* __restrict__ nblocks,
     int* __restrict__ status, u32* __restrict__ stored_checksum)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const u8* p = src + offsets[i];
-    const u64 size = sizes[i];
-    const u64 want = expected[i];
-    stored_checksum[i] = 0;
-    if (size < 4) { status[i] = -1; return; }
-    const u32 magic = rd32(p);
-    if ((magic & 0xFFFFFFF0u) == 0x184D2A50u) { status[i] = 2; return; }   /* skippable */
-    if (magic != ZSTD_MAGIC) { status[i] = -2; return; }
-    if (size < 6) { status[i] = -6; return; }
-    const u8 fhd = p[4];
-    const u32 fcs_flag = fhd >> 6;
-    const u32 single_segment = (fhd >> 5) & 1u;
-    const u32 reserved = (fhd >> 3) & 1u;
-    const u32 has_checksum = (fhd >> 2) & 1u;
-    const u32 did_flag = fhd & 3u;
-    if (reserved) { status[i] = -3; return; }
-    u64 pos = 5;
-    u64 window = 0;
-    if (!single_segment) {
-        const u8 wd = p[pos++];
-        const u32 exponent = wd >> 3;
-        const u32 mantissa = wd & 7u;
-        if (exponent > 21) { status[i] = -12; return; }     /* window log > 31 */
-        const u64 base = 1ull << (10 + exponent);
-        window = base + (base >> 3) * mantissa;
-    }
-    const u32 did_size = did_flag == 0 ? 0 : (did_flag == 1 ? 1 : (did_flag == 2 ? 2 : 4));
-    const u32 fcs_size = fcs_flag == 0 ? (single_segment ? 1 : 0)
-                       : (fcs_flag == 1 ? 2 : (fcs_flag == 2 ? 4 : 8));
-    if (pos + did_size + fcs_size > size) { status[i] = -6; return; }
-    u32 did = 0;
-    for (u32 k = 0; k < did_size; ++k) did |= (u32)p[pos + k] << (8 * k);
-    pos += did_size;
-    if (did != 0) { status[i] = -4; return; }
-    if (fcs_size) {
-        u64 fcs = 0;
-        for (u32 k = 0; k < fcs_size; ++k) fcs |= (u64)p[pos + k] << (8 * k);
-        if (fcs_size == 2) fcs += 256;
-        pos += fcs_size;
-        if (fcs != want) { status[i] = -5; return; }
-        if (single_segment) window = fcs;
-    }
-    const u64 block_max = window < BLOCK_MAX ? window : BLOCK_MAX;
-    u64 exact = 0, compressed_blocks = 0;
-    for (;;) {
-        if (pos + 3 > size) { status[i] = -6; return; }
-        const u32 hdr = (u32)p[pos] | ((u32)p[pos + 1] << 8) | ((u32)p[pos + 2] << 16);
-        pos += 3;
-        const u32 last = hdr & 1u;
-        const u32 type = (hdr >> 1) & 3u;
-        const u64 bsize = hdr >> 3;
-        if (type == 3) { status[i] = -7; return; }
-        if (bsize > block_max) { status[i] = -8; return; }
-        const u64 stored = type == 1 ? 1 : bsize;
-        if (pos + stored > size) { status[i] = -6; return; }
-        if (type == 2) { compressed_blocks += 1; if (bsize == 0) { status[i] = -8; return; } }
-        else exact += bsize;
-        pos += stored;
-        if (exact > want) { status[i] = -9; return; }
-        if (last) break;
-    }
-    if (want > exact + compressed_blocks * block_max) { status[i] = -9; return; }
-    if (has_checksum) {
-        if (pos + 4 > size) { status[i] = -11; return; }
-        stored_checksum[i] = rd32(p + pos);
-        pos += 4;
-    }
-    if (pos != size) {
-        if (size - pos >= 4 && (rd32(p + pos) == ZSTD_MAGIC ||
-                                (rd32(p + pos) & 0xFFFFFFF0u) == 0x184D2A50u)) {
-            status[i] = 3;   /* more frames follow: valid zstd, decoded on the CPU */
-        } else {
-            status[i] = -10;
+    status[i] = zc_frame_walk(src + offsets[i], sizes[i], expected[i],
+                              (ZcBlockDesc*)(descs + first_desc[i] * ZC_DESC_BYTES),
+                              first_desc[i + 1] - first_desc[i], nblocks + i,
+                              stored_checksum + i);
+}
+
+/* block_start: per frame, the number of blocks to check in the frames before it (frames
+   the walk refused count none); n + 1 entries. The first `sequence_workers` threads check
+   blocks' sequences, each with its decoding tables in ZC_TABLE_WORDS words of `tables`;
+   the others check the blocks' literal streams, which need no tables. */
+extern "C" __global__ void zstd_block_check(
+    const u8* __restrict__ descs, const u64* __restrict__ first_desc,
+    const u64* __restrict__ block_start, const int n, const u64 sequence_workers,
+    u8* __restrict__ results, int* __restrict__ literals, u32* __restrict__ tables)
+{
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 workers = (u64)gridDim.x * blockDim.x;
+    const u64 total = block_start[n];
+    const int literal = t >= sequence_workers;
+    const u64 parts = literal ? (ZC_PARTS - 1) * total : total;
+    const u64 stride = literal ? workers - sequence_workers : sequence_workers;
+    u32* mine = literal ? tables : tables + t * ZC_TABLE_WORDS;
+    for (u64 j = literal ? t - sequence_workers : t; j < parts; j += stride) {
+        const u64 block = literal ? j / (ZC_PARTS - 1) : j;
+        int lo = 0, hi = n;   /* the frame of the block: block_start[lo] <= block < block_start[hi] */
+        while (hi - lo > 1) {
+            const int mid = (lo + hi) / 2;
+            if (block_start[mid] <= block) lo = mid; else hi = mid;
         }
-        return;
+        const u64 slot = first_desc[lo] + (block - block_start[lo]);
+        const int part = literal ? 1 + (int)(j % (ZC_PARTS - 1)) : 0;
+        zc_block_apart((const ZcBlockDesc*)(descs + slot * ZC_DESC_BYTES), part, mine,
+                       (ZcBlockResult*)(results + slot * ZC_RESULT_BYTES),
+                       literals + slot * (ZC_PARTS - 1) + (part > 0 ? part - 1 : 0));
     }
-    status[i] = has_checksum ? 1 : 0;
+}
+
+extern "C" __global__ void zstd_frame_join(
+    const u8* __restrict__ results, const int* __restrict__ literals,
+    const u64* __restrict__ first_desc, const u32* __restrict__ nblocks,
+    const u64* __restrict__ expected, const int n, int* __restrict__ status)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || (status[i] != 0 && status[i] != 1)) return;
+    const int joined = zc_frame_join(
+        (const ZcBlockResult*)(results + first_desc[i] * ZC_RESULT_BYTES),
+        literals + first_desc[i] * (ZC_PARTS - 1), nblocks[i], expected[i]);
+    if (joined != 0) status[i] = joined;
+}
+"""
+
+_KERNELS = r"""
+__device__ __forceinline__ u32 rd32(const u8* p) {
+    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
 }
 
 #define P1 11400714785074694791ull
@@ -391,6 +377,9 @@ FRAME_STATUS = {
     -10: ("trailing bytes after the frame", False),
     -11: ("truncated content checksum", False),
     -12: ("window size larger than 2 GiB", False),
+    -13: ("damaged literals section (header, Huffman table or stream)", False),
+    -14: ("damaged sequence table description", False),
+    -15: ("damaged sequences (a bitstream, literal run or match offset out of bounds)", False),
 }
 
 # status -> meaning, written by lz4_block_check
@@ -403,6 +392,113 @@ LZ4_STATUS = {
     -6: "LZ4 match offset outside the decoded bytes",
     -7: "LZ4 match runs into the block's last five bytes or past its end",
 }
+
+
+_SOURCE = (
+    _TYPES
+    + f"#define ZC_TABLE_WORDS {zstd_check.TABLE_WORDS}\n"
+    + f"#define ZC_DESC_BYTES {zstd_check.DESC_BYTES}ull\n"
+    + f"#define ZC_RESULT_BYTES {zstd_check.RESULT_BYTES}ull\n"
+    + zstd_check.SOURCE
+    + 'static_assert(sizeof(ZcBlockDesc) <= ZC_DESC_BYTES, "block description");\n'
+    + 'static_assert(sizeof(ZcBlockResult) <= ZC_RESULT_BYTES, "block result");\n'
+    + _ZSTD_CHECK
+    + _KERNELS
+)
+
+_CHECK_BLOCK = 32
+# A thread checks a literal stream or a block's sequences: the work of one bitstream, done
+# one symbol after another. Threads beyond one per part would wait idle.
+_LITERAL_STREAMS = 4
+# Threads checking sequences when the scratch allows any number: one per block, up to this
+_MAX_SEQUENCE_WORKERS = 1 << 16
+_TABLE_BYTES = 4 * zstd_check.TABLE_WORDS
+
+
+def zstd_check_scratch(blocks: int) -> tuple[int, int]:
+    """Bytes of device scratch the zstd check of ``blocks`` blocks needs at least (its
+    block descriptions, results and one sequence worker's tables) and at most (one
+    sequence worker per block)."""
+    fixed = blocks * (zstd_check.DESC_BYTES + zstd_check.RESULT_BYTES + 4 * _LITERAL_STREAMS)
+    workers = min(max(blocks, 1), _MAX_SEQUENCE_WORKERS)
+    return fixed + _TABLE_BYTES, fixed + workers * _TABLE_BYTES
+
+
+def check_zstd_frames(
+    base: Any,
+    offsets: Any,
+    sizes: Any,
+    expected: Any,
+    status: Any,
+    stored: Any,
+    scratch: Callable[[int, int], Any] | None = None,
+) -> None:
+    """Queue the zstd check on the current stream: frame ``i`` lies at ``base + offsets[i]``
+    (device memory), ``sizes[i]`` bytes long, and must decode to ``expected[i]`` bytes
+    (device arrays). Writes each frame's ``FRAME_STATUS`` code to ``status[i]`` and its
+    stored content checksum (if any) to ``stored[i]``.
+
+    ``scratch(least, most)`` returns a 1-D uint8 device array of between ``least`` and
+    ``most`` bytes for the check's descriptions, results and decoding tables (the more, the
+    more blocks are checked at once); by default it is allocated. Waits once, for the
+    number of blocks in the frames, which sizes the scratch."""
+    import cupy
+    import numpy as np
+
+    n = int(status.size)
+    if n == 0:
+        return
+    frames_grid = ((n + _CHECK_BLOCK - 1) // _CHECK_BLOCK,)
+    counts = cupy.empty(n, dtype=np.uint32)
+    kernel("zstd_frame_blocks")(
+        frames_grid, (_CHECK_BLOCK,), (base, offsets, sizes, expected, np.int32(n), counts)
+    )
+    first_desc = np.zeros(n + 1, dtype=np.uint64)
+    np.cumsum(counts.get(stream=cupy.cuda.get_current_stream()), out=first_desc[1:])
+    blocks = int(first_desc[-1])
+    least, most = zstd_check_scratch(blocks)
+    buffer = scratch(least, most) if scratch is not None else cupy.empty(most, dtype=np.uint8)
+    descs_end = blocks * zstd_check.DESC_BYTES
+    results_end = descs_end + blocks * zstd_check.RESULT_BYTES
+    tables_start = results_end + blocks * 4 * _LITERAL_STREAMS
+    descs = buffer[:descs_end]
+    results = buffer[descs_end:results_end]
+    literals = buffer[results_end:tables_start].view(np.int32)
+    sequence_workers = max(1, min(blocks, (int(buffer.size) - tables_start) // _TABLE_BYTES))
+    tables = buffer[tables_start : tables_start + sequence_workers * _TABLE_BYTES]
+    d_first = cupy.asarray(first_desc)
+    nblocks = cupy.empty(n, dtype=np.uint32)
+    kernel("zstd_frame_walk")(
+        frames_grid,
+        (_CHECK_BLOCK,),
+        (base, offsets, sizes, expected, d_first, np.int32(n), descs, nblocks, status, stored),
+    )
+    if blocks:
+        walked = cupy.where((status == 0) | (status == 1), nblocks, 0).astype(np.uint64)
+        block_start = cupy.zeros(n + 1, dtype=np.uint64)
+        cupy.cumsum(walked, out=block_start[1:])
+        # sequence workers fill whole warps of their own
+        sequence_threads = -(-sequence_workers // _CHECK_BLOCK) * _CHECK_BLOCK
+        threads = sequence_threads + blocks * _LITERAL_STREAMS
+        kernel("zstd_block_check")(
+            ((threads + _CHECK_BLOCK - 1) // _CHECK_BLOCK,),
+            (_CHECK_BLOCK,),
+            (
+                descs,
+                d_first,
+                block_start,
+                np.int32(n),
+                np.uint64(sequence_workers),
+                results,
+                literals,
+                tables,
+            ),
+        )
+    kernel("zstd_frame_join")(
+        frames_grid,
+        (_CHECK_BLOCK,),
+        (results, literals, d_first, nblocks, expected, np.int32(n), status),
+    )
 
 
 @cache

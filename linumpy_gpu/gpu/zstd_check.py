@@ -37,17 +37,20 @@ DESC_BYTES = 128
 RESULT_BYTES = 128
 
 # Words of table space one frame's check needs: the literal length, match length and offset
-# decoding tables and the Huffman code lengths, kept across blocks for the "repeat" and
-# "treeless" modes.
-TABLE_WORDS = 512 + 512 + 256 + 512
+# decoding tables, kept across blocks for the "repeat" mode.
+TABLE_WORDS = 512 + 512 + 256
 
 SOURCE = r"""
 #ifndef LINUMPY_DEVICE
 #define LINUMPY_DEVICE __device__ __forceinline__
-#define LINUMPY_CONSTANT __constant__ const
+/* device memory rather than __constant__: threads of a warp check different blocks and look
+   up different entries, which the constant cache would serve one after another */
+#define LINUMPY_CONSTANT __device__ const
 #define ZC_HIGHBIT(v) (31 - __clz((int)(v)))
 #define ZC_LOAD32(a) (*(const u32*)(a))
+#define ZC_UNROLL _Pragma("unroll")
 #else
+#define ZC_UNROLL
 #define ZC_HIGHBIT(v) (31 - __builtin_clz((unsigned)(v)))
 static inline u32 ZC_LOAD32(const u8* a) { u32 v; __builtin_memcpy(&v, a, 4); return v; }
 #endif
@@ -246,26 +249,37 @@ LINUMPY_DEVICE int zc_build_table(const short* norm, u32 nsym, u32 log, u32* tab
     return 1;
 }
 
-/* Huffman code lengths by table index (the next `log` bits of a stream): the indexes of
-   weight w come after those of every lower weight, each symbol of weight w taking 2^(w-1),
-   and their codes are log + 1 - w bits long. */
-struct ZcHuffman { u32 log; u8* lengths; int ready; };
+/* Huffman code lengths by the next `log` bits of a stream: the values of weight w come
+   after those of every lower weight, each symbol of weight w taking 2^(w-1) of them, and
+   their codes are log + 1 - w bits long. So a value's code length is `log` less the number
+   of weight ranges that end at or below it: `ends[w - 1]` is where weight w ends (unused
+   entries never reached), which keeps the decoder in registers rather than a table. */
+#define ZC_HUFFMAN_ENDS 10
+struct ZcHuffman { u32 log; u32 ends[ZC_HUFFMAN_ENDS]; int ready; };
+
+LINUMPY_DEVICE void zc_count_weight(u32 w, u32* ranks, u32* total, u32* count) {
+    ranks[w] += 1;
+    *total += (1u << w) >> 1;
+    *count += 1;
+}
 
 /* A Huffman tree description; returns bytes used or 0 on error. */
 LINUMPY_DEVICE u64 zc_read_huffman(const u8* p, u64 avail, ZcHuffman* h) {
     if (avail == 0) return 0;
-    /* the weights are read into the code-length table, which they are turned into */
-    u8* weights = h->lengths;
-    u32 count = 0;
+    /* only how many symbols carry each weight matters: weights are counted as read */
+    u32 ranks[13] = {0};
+    u32 count = 0, total = 0;
     u64 used;
     const u32 header = p[0];
     if (header >= 128) {
-        count = header - 127;
-        used = 1 + (count + 1) / 2;
+        const u32 weights = header - 127;
+        used = 1 + (weights + 1) / 2;
         if (used > avail) return 0;
-        for (u32 i = 0; i < count; ++i) {
+        for (u32 i = 0; i < weights; ++i) {
             const u8 b = p[1 + i / 2];
-            weights[i] = (i & 1) ? (b & 15) : (b >> 4);
+            const u32 w = (i & 1) ? (b & 15) : (b >> 4);
+            if (w > 12) return 0;
+            zc_count_weight(w, ranks, &total, &count);
         }
     } else {
         used = 1 + header;
@@ -279,25 +293,18 @@ LINUMPY_DEVICE u64 zc_read_huffman(const u8* p, u64 avail, ZcHuffman* h) {
         ZcBack b;
         if (!zc_back_init(&b, p + 1 + head, header - head)) return 0;
         u32 s1 = zc_read_fill(&b, log), s2 = zc_read_fill(&b, log);
-        for (;;) {
+        for (;;) {   /* two interleaved states; symbols of the table are weights <= 12 */
             if (count > 253) return 0;
             u32 e = table[s1];
-            weights[count++] = (u8)(e & 0xFF);
+            zc_count_weight(e & 0xFF, ranks, &total, &count);
             s1 = (e >> 16) + zc_read_fill(&b, (e >> 8) & 0xFF);
-            if (b.bits < 0) { weights[count++] = (u8)(table[s2] & 0xFF); break; }
+            if (b.bits < 0) { zc_count_weight(table[s2] & 0xFF, ranks, &total, &count); break; }
             if (count > 253) return 0;
             e = table[s2];
-            weights[count++] = (u8)(e & 0xFF);
+            zc_count_weight(e & 0xFF, ranks, &total, &count);
             s2 = (e >> 16) + zc_read_fill(&b, (e >> 8) & 0xFF);
-            if (b.bits < 0) { weights[count++] = (u8)(table[s1] & 0xFF); break; }
+            if (b.bits < 0) { zc_count_weight(table[s1] & 0xFF, ranks, &total, &count); break; }
         }
-    }
-    u32 ranks[13] = {0};
-    u32 total = 0;
-    for (u32 i = 0; i < count; ++i) {
-        if (weights[i] > 12) return 0;
-        ranks[weights[i]] += 1;
-        total += (1u << weights[i]) >> 1;
     }
     if (total == 0) return 0;
     const u32 log = (u32)ZC_HIGHBIT(total) + 1;
@@ -306,11 +313,10 @@ LINUMPY_DEVICE u64 zc_read_huffman(const u8* p, u64 avail, ZcHuffman* h) {
     if (rest == 0 || (rest & (rest - 1)) != 0) return 0;
     ranks[ZC_HIGHBIT(rest) + 1] += 1;
     if (ranks[1] < 2 || (ranks[1] & 1)) return 0;
-    u32 start = 0;
-    for (u32 w = 1; w <= log; ++w) {
-        const u32 end = start + (ranks[w] << (w - 1));
-        for (u32 k = start; k < end; ++k) h->lengths[k] = (u8)(log + 1 - w);
-        start = end;
+    u32 end = 0;
+    for (u32 w = 1; w <= ZC_HUFFMAN_ENDS; ++w) {
+        end += ranks[w] << (w - 1);
+        h->ends[w - 1] = w < log ? end : 0xFFFFu;
     }
     h->log = log;
     h->ready = 1;
@@ -325,7 +331,9 @@ LINUMPY_DEVICE int zc_huffman_step(ZcBack* b, const ZcHuffman* h) {
     const u64 mask = (1ull << log) - 1;
     const u32 v = b->avail >= log ? (u32)((b->window >> (b->avail - log)) & mask)
                                   : (u32)((b->window << (log - b->avail)) & mask);
-    const u32 nbits = h->lengths[v];
+    u32 nbits = log;
+    ZC_UNROLL
+    for (int k = 0; k < ZC_HUFFMAN_ENDS; ++k) nbits -= v >= h->ends[k];
     if (nbits > b->avail) return 0;
     b->avail -= nbits;
     b->bits -= nbits;
@@ -333,7 +341,9 @@ LINUMPY_DEVICE int zc_huffman_step(ZcBack* b, const ZcHuffman* h) {
 }
 
 /* Decode `symbols` Huffman symbols from one stream, which must be consumed exactly. */
-LINUMPY_DEVICE int zc_huffman_1(const u8* p, u64 size, u64 symbols, const ZcHuffman* h) {
+LINUMPY_DEVICE int zc_huffman_1(const u8* p, u64 size, u64 symbols, const ZcHuffman* shared) {
+    const ZcHuffman local = *shared;
+    const ZcHuffman* h = &local;
     ZcBack b;
     if (!zc_back_init(&b, p, size)) return 0;
     for (u64 k = 0; k < symbols; ++k) {
@@ -345,7 +355,9 @@ LINUMPY_DEVICE int zc_huffman_1(const u8* p, u64 size, u64 symbols, const ZcHuff
 /* The four streams of a literals section side by side (independent work for the core to
    overlap); the first three decode `seg` symbols each, the fourth `last` <= seg. */
 LINUMPY_DEVICE int zc_huffman_4(const u8* p, const u64* sizes, u64 seg, u64 last,
-                                const ZcHuffman* h) {
+                                const ZcHuffman* shared) {
+    const ZcHuffman local = *shared;   /* a copy the compiler may keep in registers */
+    const ZcHuffman* h = &local;
     ZcBack b0, b1, b2, b3;
     if (!zc_back_init(&b0, p, sizes[0]) || !zc_back_init(&b1, p + sizes[0], sizes[1])
         || !zc_back_init(&b2, p + sizes[0] + sizes[1], sizes[2])
@@ -534,47 +546,63 @@ LINUMPY_DEVICE void zc_result_init(ZcBlockResult* r, i64 decoded) {
     }
 }
 
-/* One compressed block of `size` bytes, on its own: tables it repeats come from the state
-   (or, where not there, from `inherited`), repeat offsets start as the block's initial
-   ones. Fills `out`; out->decoded < 0 on error. */
-LINUMPY_DEVICE void zc_block(const u8* p, u64 size, ZcBlockState* f, const ZcRefs* inherited,
-                             ZcBlockResult* out) {
-    zc_result_init(out, ZC_LITERALS_BAD);
-    /* -- literals section -- */
+/* Which Huffman streams of a literals section to decode: all of them, none (the section's
+   bounds only), or stream 0..3 alone. */
+#define ZC_ALL_STREAMS (-1)
+#define ZC_NO_STREAMS (-2)
+
+/* The literals section of a compressed block: its header, its Huffman tree description
+   (or the one in effect) and the Huffman streams `streams` asks for. Sets the bytes it
+   decodes to and where the section ends; 0 on error. */
+LINUMPY_DEVICE int zc_literals(const u8* p, u64 size, ZcBlockState* f, const ZcRefs* inherited,
+                               int streams, u64* regen_out, u64* end_out) {
     u32 type, format;
     u64 regen, header, stored;
-    if (!zc_literals_header(p, size, &type, &format, &regen, &header, &stored)) return;
-    if (regen > f->block_max) return;
-    if (type >= 2) {
-        const u8* q = p + header;
-        u64 avail = stored;
-        if (type == 2) {
-            const u64 used = zc_read_huffman(q, avail, &f->huffman);
-            if (used == 0) return;
-            q += used;
-            avail -= used;
-        } else if (!f->huffman.ready) {
-            if (inherited == 0 || inherited->huffman == 0
-                || zc_read_huffman(inherited->huffman, inherited->huffman_avail, &f->huffman) == 0)
-                return;
-        }
-        if (format == 0) {
-            if (!zc_huffman_1(q, avail, regen, &f->huffman)) return;
-        } else {
-            if (avail < 10 || regen < 6) return;
-            const u64 s1 = q[0] | ((u64)q[1] << 8);
-            const u64 s2 = q[2] | ((u64)q[3] << 8);
-            const u64 s3 = q[4] | ((u64)q[5] << 8);
-            if (6 + s1 + s2 + s3 >= avail) return;
-            const u64 seg = (regen + 3) / 4;
-            if (3 * seg > regen) return;
-            const u64 sizes[4] = {s1, s2, s3, avail - 6 - s1 - s2 - s3};
-            if (!zc_huffman_4(q + 6, sizes, seg, regen - 3 * seg, &f->huffman)) return;
-        }
+    if (!zc_literals_header(p, size, &type, &format, &regen, &header, &stored)) return 0;
+    if (regen > f->block_max) return 0;
+    *regen_out = regen;
+    *end_out = header + stored;
+    if (type < 2 || streams == ZC_NO_STREAMS) return 1;
+    const u8* q = p + header;
+    u64 avail = stored;
+    if (type == 2) {
+        const u64 used = zc_read_huffman(q, avail, &f->huffman);
+        if (used == 0) return 0;
+        q += used;
+        avail -= used;
+    } else if (!f->huffman.ready) {
+        if (inherited == 0 || inherited->huffman == 0
+            || zc_read_huffman(inherited->huffman, inherited->huffman_avail, &f->huffman) == 0)
+            return 0;
     }
+    if (format == 0) return streams > 0 || zc_huffman_1(q, avail, regen, &f->huffman);
+    if (avail < 10 || regen < 6) return 0;
+    const u64 s1 = q[0] | ((u64)q[1] << 8);
+    const u64 s2 = q[2] | ((u64)q[3] << 8);
+    const u64 s3 = q[4] | ((u64)q[5] << 8);
+    if (6 + s1 + s2 + s3 >= avail) return 0;
+    const u64 seg = (regen + 3) / 4;
+    if (3 * seg > regen) return 0;
+    const u64 sizes[4] = {s1, s2, s3, avail - 6 - s1 - s2 - s3};
+    if (streams == ZC_ALL_STREAMS)
+        return zc_huffman_4(q + 6, sizes, seg, regen - 3 * seg, &f->huffman);
+    u64 start = 6;
+    for (int k = 0; k < streams; ++k) start += sizes[k];
+    return zc_huffman_1(q + start, sizes[streams], streams == 3 ? regen - 3 * seg : seg,
+                        &f->huffman);
+}
+
+/* One compressed block of `size` bytes, on its own: tables it repeats come from the state
+   (or, where not there, from `inherited`), repeat offsets start as the block's initial
+   ones; `streams` as zc_literals takes it. Fills `out`; out->decoded < 0 on error. */
+LINUMPY_DEVICE void zc_block(const u8* p, u64 size, ZcBlockState* f, const ZcRefs* inherited,
+                             int streams, ZcBlockResult* out) {
+    zc_result_init(out, ZC_LITERALS_BAD);
+    u64 regen, literals_end;
+    if (!zc_literals(p, size, f, inherited, streams, &regen, &literals_end)) return;
     /* -- sequences section -- */
     out->decoded = ZC_SEQUENCES_BAD;
-    u64 pos = header + stored, nseq;
+    u64 pos = literals_end, nseq;
     if (!zc_sequence_count(p, size, &pos, &nseq)) return;
     u64 block = regen;
     if (nseq == 0) {
@@ -762,7 +790,6 @@ LINUMPY_DEVICE void zc_state_init(ZcBlockState* f, u32* tables, u64 block_max) {
     f->ll.entries = tables; f->ll.ready = 0; f->ll.log = 0;
     f->ml.entries = tables + 512; f->ml.ready = 0; f->ml.log = 0;
     f->of.entries = tables + 1024; f->of.ready = 0; f->of.log = 0;
-    f->huffman.lengths = (u8*)(tables + 1280);
     f->huffman.ready = 0;
     f->huffman.log = 0;
     f->block_max = block_max;
@@ -789,7 +816,7 @@ LINUMPY_DEVICE int zc_frame(const u8* p, u64 size, u64 want, u32* tables,
         if (status != 0) return status;
         if (type == 2) {
             ZcBlockResult r;
-            zc_block(p + pos, bsize, &f, 0, &r);
+            zc_block(p + pos, bsize, &f, 0, ZC_ALL_STREAMS, &r);
             status = zc_resolve(&r, &decoded, rep);
             if (status != 0) return status;
         } else {
@@ -868,22 +895,49 @@ LINUMPY_DEVICE int zc_frame_walk(const u8* p, u64 size, u64 want, ZcBlockDesc* d
     return zc_frame_end(p, size, pos, has_checksum, stored_checksum);
 }
 
-/* Check one described block on its own (raw and RLE blocks only count their size). */
-LINUMPY_DEVICE void zc_block_apart(const ZcBlockDesc* d, u32* tables, ZcBlockResult* r) {
+/* Check one described block on its own (raw and RLE blocks only count their size), or one
+   part of it: part 0 its sequences and the bounds of its literals, part 1 + k its literals'
+   Huffman stream k (which write only the literals verdict, 0 or ZC_LITERALS_BAD, to
+   *literals). ZC_ALL_PARTS checks the whole block. */
+#define ZC_ALL_PARTS (-1)
+#define ZC_PARTS 5
+LINUMPY_DEVICE void zc_block_apart(const ZcBlockDesc* d, int part, u32* tables,
+                                   ZcBlockResult* r, int* literals) {
+    if (part > 0) {
+        ZcBlockState f;
+        zc_state_init(&f, tables, d->block_max);
+        const ZcRefs inherited = d->inherited;
+        u64 regen, end;
+        *literals = d->type != 2
+            || zc_literals(d->block, d->size, &f, &inherited, part - 1, &regen, &end)
+            ? 0 : ZC_LITERALS_BAD;
+        return;
+    }
     if (d->type != 2) {
         zc_result_init(r, (i64)d->size);
         return;
     }
     ZcBlockState f;
     zc_state_init(&f, tables, d->block_max);
-    zc_block(d->block, d->size, &f, &d->inherited, r);
+    const ZcRefs inherited = d->inherited;
+    ZcBlockResult result;   /* updated with every sequence: kept out of device memory */
+    zc_block(d->block, d->size, &f, &inherited, part == 0 ? ZC_NO_STREAMS : ZC_ALL_STREAMS,
+             &result);
+    *r = result;
 }
 
-/* Join a frame's checked blocks in order; the frame's final status. */
-LINUMPY_DEVICE int zc_frame_join(const ZcBlockResult* results, u32 nblocks, u64 want) {
+/* Join a frame's checked blocks in order; the frame's final status. `literals`: the
+   verdicts of the blocks' literal parts (ZC_PARTS - 1 a block), or 0 where the blocks
+   were checked whole. */
+LINUMPY_DEVICE int zc_frame_join(const ZcBlockResult* results, const int* literals,
+                                 u32 nblocks, u64 want) {
     u64 decoded = 0;
     u64 rep[3] = {1, 4, 8};
     for (u32 k = 0; k < nblocks; ++k) {
+        if (literals != 0) {
+            for (int j = 0; j < ZC_PARTS - 1; ++j)
+                if (literals[k * (ZC_PARTS - 1) + j] != 0) return ZC_LITERALS_BAD;
+        }
         const int status = zc_resolve(results + k, &decoded, rep);
         if (status != 0) return status;
         if (decoded > want) return -9;

@@ -42,18 +42,6 @@ STREAM_MATRIX = [(c, case) for c in ("lz4", "zstd") for case in stream_damage_ca
     ("numcodecs-lz4", case) for case in stream_damage_case.LZ4_CASES
 ]
 
-# Damage inside a zstd block's entropy-coded sequences passes every check made before
-# nvCOMP (frame and block headers, sizes); nvCOMP then hangs or kills the CUDA context.
-# Documented in docs/gpu.md ("Damaged chunks"); strict, so a fix shows up as a pass.
-NVCOMP_ZSTD_HOLE = pytest.mark.xfail(
-    strict=True, reason="nvCOMP zstd on a damaged sequence bitstream: known limitation"
-)
-
-
-def _marked(params: list[tuple], holes: set[tuple]) -> list:
-    return [pytest.param(*p, marks=NVCOMP_ZSTD_HOLE) if p in holes else p for p in params]
-
-
 # every case in its own process, several processes at once (each spends most of its time
 # starting CUDA): (module, arguments) -> (return code, stderr, result or None)
 _ALL_CASES = [("tests.gpu.damage_case", [c, "1" if k else "0"]) for c, k in MATRIX] + [
@@ -104,7 +92,7 @@ def result_of(case_results: dict, module: str, args: list[str]) -> dict:
 
 @pytest.mark.parametrize(
     ("case", "checksum"),
-    _marked(MATRIX, {("last-block-byte", True), ("last-block-byte", False)}),
+    MATRIX,
     ids=[f"{c}-{'checksum' if k else 'plain'}" for c, k in MATRIX],
 )
 def test_damaged_chunk(case_results, case, checksum):
@@ -117,7 +105,7 @@ def test_damaged_chunk(case_results, case, checksum):
         assert result["zarr_context"].startswith("ChunkDecodeError"), result
 
 
-@pytest.mark.parametrize(("cname", "case"), _marked(STREAM_MATRIX, {("zstd", "end")}))
+@pytest.mark.parametrize(("cname", "case"), STREAM_MATRIX)
 def test_damaged_blosc_or_lz4_chunk(case_results, cname, case):
     result = result_of(case_results, "tests.gpu.stream_damage_case", [cname, case])
     assert result["gpu_usable_after"], result

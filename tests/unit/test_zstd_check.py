@@ -25,21 +25,32 @@ static u32 tables[%d];
 extern "C" int check_frame(const u8* p, u64 size, u64 want, u32* stored) {
     return zc_frame(p, size, want, tables, stored);
 }
-/* the GPU's way: walk, check every block apart (fresh tables each), join */
-extern "C" int check_frame_split(const u8* p, u64 size, u64 want, u32* stored) {
+/* the GPU's ways: walk, check every block apart (fresh tables each) or every part of
+   every block apart, join */
+static int split(const u8* p, u64 size, u64 want, u32* stored, int parts) {
     static ZcBlockDesc descs[4096];
     static ZcBlockResult results[4096];
+    static int literals[4096 * (ZC_PARTS - 1)];
     u32 nblocks = 0;
     const u32 cap = zc_frame_blocks(p, size, want);
     if (cap > 4096) return -100;
     int status = zc_frame_walk(p, size, want, descs, cap, &nblocks, stored);
     if (status != 0 && status != 1) return status;
     for (u32 k = 0; k < nblocks; ++k) {
-        for (u32 w = 0; w < sizeof(tables) / 4; ++w) tables[w] = 0xDEADBEEFu;
-        zc_block_apart(descs + k, tables, results + k);
+        for (int part = parts ? 0 : ZC_ALL_PARTS; part < (parts ? ZC_PARTS : 0); ++part) {
+            for (u32 w = 0; w < sizeof(tables) / 4; ++w) tables[w] = 0xDEADBEEFu;
+            zc_block_apart(descs + k, part, tables, results + k,
+                           literals + k * (ZC_PARTS - 1) + (part > 0 ? part - 1 : 0));
+        }
     }
-    const int joined = zc_frame_join(results, nblocks, want);
+    const int joined = zc_frame_join(results, parts ? literals : 0, nblocks, want);
     return joined != 0 ? joined : status;
+}
+extern "C" int check_frame_split(const u8* p, u64 size, u64 want, u32* stored) {
+    return split(p, size, want, stored, 0);
+}
+extern "C" int check_frame_parts(const u8* p, u64 size, u64 want, u32* stored) {
+    return split(p, size, want, stored, 1);
 }
 static_assert(sizeof(ZcBlockDesc) == %d, "block description");
 static_assert(sizeof(ZcBlockResult) == %d, "block result");
@@ -62,7 +73,7 @@ def check(tmp_path_factory):
     )
     assert built.returncode == 0, built.stderr
     lib = ctypes.CDLL(str(library))
-    for function in (lib.check_frame, lib.check_frame_split):
+    for function in (lib.check_frame, lib.check_frame_split, lib.check_frame_parts):
         function.restype = ctypes.c_int
         function.argtypes = [
             ctypes.c_char_p,
@@ -72,12 +83,13 @@ def check(tmp_path_factory):
         ]
 
     def run(frame: bytes, want: int) -> int:
-        """The frame's status; the block-by-block check (as the GPU runs it) must agree
-        with the frame-at-once one on whether the frame passes."""
+        """The frame's status; the checks of blocks apart and of block parts apart (as the
+        GPU runs them) must agree with the frame-at-once one on whether the frame passes."""
         stored = ctypes.c_uint32()
         whole = int(lib.check_frame(frame, len(frame), want, ctypes.byref(stored)))
         split = int(lib.check_frame_split(frame, len(frame), want, ctypes.byref(stored)))
-        assert (whole >= 0) == (split >= 0), (whole, split)
+        parts = int(lib.check_frame_parts(frame, len(frame), want, ctypes.byref(stored)))
+        assert (whole >= 0) == (split >= 0) == (parts >= 0), (whole, split, parts)
         return whole
 
     return run

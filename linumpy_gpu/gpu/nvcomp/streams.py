@@ -7,7 +7,7 @@ Decode of one batch:
      :class:`~linumpy_gpu.codecs.layout.StreamLayout`, no device round trip), checking every
      offset and size against its chunk;
   2. the frames go to the device in one copy (per staging arena);
-  3. ``lz4_block_check`` walks every LZ4 stream and ``zstd_frame_check`` every zstd stream:
+  3. ``lz4_block_check`` walks every LZ4 stream and ``check_zstd_frames`` every zstd stream:
      a chunk with a stream either refuses is not given to nvCOMP;
   4. nvCOMP decodes the remaining streams (LZ4 and zstd batches) into a scratch buffer and
      reports a status and size per stream;
@@ -27,7 +27,7 @@ import numpy as np
 
 from linumpy_gpu.codecs.layout import StreamLayout
 from linumpy_gpu.core.placement import SLOT_ALIGN
-from linumpy_gpu.gpu.kernels import FRAME_STATUS, LZ4_STATUS, kernel
+from linumpy_gpu.gpu.kernels import FRAME_STATUS, LZ4_STATUS, check_zstd_frames, kernel
 from linumpy_gpu.gpu.nvcomp.lib import lz4_api
 from linumpy_gpu.gpu.nvcomp.zstd import (
     DecodedBatch,
@@ -137,7 +137,7 @@ def _decode_streams(
     for name in GPU_INNER:
         sel = coded[names[coded] == name]
         if sel.size:
-            checks.append((sel, _check(codec, name, base, where[sel], layout, sel)))
+            checks.append((sel, _check(codec, name, base, where[sel], layout, sel, workspace)))
     for sel, status_d in checks:
         verdicts[sel] = status_d.get(stream=codec.stream)
     for s in np.flatnonzero(verdicts).tolist():
@@ -211,9 +211,10 @@ def _check(
     where: np.ndarray,
     layout: StreamLayout,
     sel: np.ndarray,
+    workspace: Workspace,
 ) -> Any:
-    """Queue the structural check of streams ``sel`` (at ``base + where``); the verdicts'
-    device array (0: decodable)."""
+    """Queue the check of streams ``sel`` (at ``base + where``; zstd's scratch from
+    ``workspace``); the verdicts' device array (0: decodable)."""
     cp = codec.cupy
     m = int(sel.size)
     meta = np.empty((3, m), dtype=np.uint64)
@@ -230,10 +231,14 @@ def _check(
             )
         else:
             stored = cp.empty(m, dtype=np.uint32)
-            kernel("zstd_frame_check")(
-                grid,
-                (_THREADS,),
-                (base, d_meta[0], d_meta[1], d_meta[2], np.int32(m), status, stored),
+            check_zstd_frames(
+                base,
+                d_meta[0],
+                d_meta[1],
+                d_meta[2],
+                status,
+                stored,
+                workspace.scratch(codec.stream),
             )
     return status
 

@@ -2,7 +2,9 @@
 
 Decode of one batch:
   1. stage the compressed frames in one device buffer (from pinned host memory: one copy);
-  2. ``zstd_frame_check`` validates every frame (header, every block header, sizes, end);
+  2. ``check_zstd_frames`` validates every frame: headers, and every block decoded without
+     output (literals, sequence tables, every sequence and its offsets), sizes and end, in
+     scratch carved from nvCOMP's workspace before nvCOMP needs it;
   3. only frames that pass go to ``nvcompBatchedZstdDecompressAsync``, which writes straight
      into the caller's output slots and reports a status and an actual size per frame (its
      workspace sized from the frames' sizes: sizing it from the frames themselves halves it
@@ -27,7 +29,7 @@ import numpy as np
 from linumpy_gpu.codecs import zstd as zstd_cpu
 from linumpy_gpu.core.placement import SLOT_ALIGN, best_fit
 from linumpy_gpu.errors import CodecError, NvcompError
-from linumpy_gpu.gpu.kernels import FRAME_STATUS, kernel
+from linumpy_gpu.gpu.kernels import FRAME_STATUS, check_zstd_frames, kernel
 from linumpy_gpu.gpu.nvcomp.lib import zstd_api
 from linumpy_gpu.gpu.pinned import GrowingHostBuffer
 
@@ -110,6 +112,21 @@ class Workspace:
             return None
         return max(self._rooms())
 
+    def scratch(self, stream: Any, within: Any = None) -> Callable[[int, int], Any]:
+        """A scratch allocator for :func:`~linumpy_gpu.gpu.kernels.check_zstd_frames`:
+        ``(least, most)`` bytes carved from ``within`` (a device buffer not yet in use)
+        where it holds ``least``, else from this workspace: up to half its largest room, so
+        that the decode's own buffers still fit."""
+
+        def take(least: int, most: int) -> Any:
+            if within is not None and within.nbytes >= least:
+                return within[: min(most, within.nbytes)]
+            room = self.room()
+            size = most if room is None else min(most, max(least, room // 2))
+            return self.take(size, stream)
+
+        return take
+
     def take(self, nbytes: int, stream: Any = None) -> Any:
         """A 1-D uint8 device array of ``nbytes`` (carved, else allocated on ``stream``)."""
         import cupy
@@ -150,9 +167,14 @@ class ZstdBatchCodec:
     # -- decode -------------------------------------------------------------------------
 
     def _check_frames(
-        self, base: np.uint64, offsets: np.ndarray, sizes: np.ndarray, nbytes: int
+        self,
+        base: np.uint64,
+        offsets: np.ndarray,
+        sizes: np.ndarray,
+        nbytes: int,
+        scratch: Callable[[int, int], Any] | None = None,
     ) -> tuple[Any, Any, np.ndarray]:
-        """Run ``zstd_frame_check`` over frames at ``base + offsets`` (device memory, or
+        """Run ``check_zstd_frames`` over frames at ``base + offsets`` (device memory, or
         pinned host memory the device reads directly) on this stream; returns the verdicts
         and stored checksums on the device, and the verdicts on the host (waited for)."""
         cp = self.cupy
@@ -163,11 +185,7 @@ class ZstdBatchCodec:
         with self.stream:
             status_d = cp.empty(n, dtype=np.int32)
             stored_d = cp.empty(n, dtype=np.uint32)
-            kernel("zstd_frame_check")(
-                ((n + _BLOCK - 1) // _BLOCK,),
-                (_BLOCK,),
-                (base, d_meta[0], d_meta[1], d_meta[2], np.int32(n), status_d, stored_d),
-            )
+            check_zstd_frames(base, d_meta[0], d_meta[1], d_meta[2], status_d, stored_d, scratch)
         return status_d, stored_d, status_d.get(stream=self.stream)
 
     def decode_host(
@@ -317,12 +335,15 @@ class ZstdBatchCodec:
             ptrs[need_slot] = np.uint64(slots.data.ptr) + np.arange(
                 need_slot.size, dtype=np.uint64
             ) * np.uint64(stride)
-        temp = None
         if n == 0:
             return batch
+        # nvCOMP's workspace, sized for every frame, holds the check's scratch until the
+        # decode needs it
+        temp_bytes = self.api.decompress_temp_bytes(n, nbytes, n * nbytes, self.stream.ptr)
+        temp = workspace.take(temp_bytes, self.stream)
         # waits for the verdicts: the decode set depends on them
         status, stored, status_h = self._check_frames(
-            np.uint64(comp.data.ptr), offsets, sizes, nbytes
+            np.uint64(comp.data.ptr), offsets, sizes, nbytes, workspace.scratch(self.stream, temp)
         )
         ok = np.flatnonzero((status_h == 0) | (status_h == 1))
         nv_status_h = np.zeros(n, dtype=np.int32)
@@ -336,10 +357,8 @@ class ZstdBatchCodec:
             args[2] = nbytes
             args[3] = ptrs[ok]
             d_args = self._upload(args)
-            temp_bytes = self.api.decompress_temp_bytes(m, nbytes, m * nbytes, self.stream.ptr)
             if release is not None:
                 release()  # the fetch stage may refill the arenas now
-            temp = workspace.take(temp_bytes, self.stream)
             with self.stream:
                 actual = cp.empty(m, dtype=np.uint64)
                 nv_status = cp.empty(m, dtype=np.int32)
