@@ -7,7 +7,7 @@ decoder would, without writing a byte (RFC 8878):
 - the literals section: its header, the Huffman tree description (weights read directly or
   through their FSE table, and proven to form a complete prefix code), the jump table, and
   every Huffman stream decoded symbol by symbol (only code lengths matter, so the decoder
-  needs one rank table rather than a lookup table) until it is consumed exactly;
+  keeps where each code length's range ends, in registers) until it is consumed exactly;
 - the sequences section: its header, the three FSE table descriptions (predefined, RLE,
   compressed or repeated) built into decoding tables, and every sequence decoded with its
   repeat offsets;
@@ -19,14 +19,13 @@ A frame passes only if every bitstream is consumed exactly, as libzstd requires.
 compiles as CUDA (``LINUMPY_DEVICE`` unset) and as host C++ (the includer defines
 ``LINUMPY_DEVICE`` and ``LINUMPY_CONSTANT`` first), so a CPU test can hold it against
 libzstd. ``zc_frame`` checks a frame block after block; ``zc_frame_blocks``,
-``zc_frame_walk``, ``zc_block_apart`` and ``zc_frame_join`` check the same frame with one
-thread per block, as a GPU wants it.
+``zc_frame_walk``, ``zc_block_apart`` and ``zc_frame_join`` check the same frame block by
+block, each block apart, as a GPU wants it.
 
-The read path does not run this check yet: ``kernels.py`` checks frame and block structure
-only, and ``docs/gpu.md`` names the damage that leaves unchecked. As a synchronous step
-before each nvCOMP batch the check costs about as much as the decode itself, and its
-decoding tables sit outside the read's memory budget; it joins the read path once it
-overlaps with the previous batch's decode and draws its scratch from that budget.
+``kernels.check_zstd_frames`` runs it before every nvCOMP zstd decode. A GPU thread runs
+one bitstream after another, so the check's time is that of the longest bitstream it
+decodes: the block-parallel form gives each block's sequences and each of its four literal
+streams a thread of their own (``zc_block_apart``'s parts).
 """
 
 from __future__ import annotations
