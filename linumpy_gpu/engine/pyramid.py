@@ -46,6 +46,8 @@ def downsample(
         and divides
         and all(n % f == 0 for n, f in zip(a.shape, factors, strict=True))
     ):
+        if _exact_in_integers(a.dtype, factors):
+            return _by_slabs(_integer_mean, a, factors, xp)
         return _cast_back(_mean_blocks(a, factors, work_dtype), a.dtype, xp)
     out = a.astype(work_dtype, copy=False)
     if method == "gaussian":
@@ -55,6 +57,55 @@ def downsample(
         if f > 1:
             out = _mean_axis(out, axis, f, xp)
     return _cast_back(out, a.dtype, xp)
+
+
+# numpy inputs larger than this are reduced in slabs on the host's cores
+_PARALLEL_BYTES = 8 << 20
+
+
+def _by_slabs(reduce: Any, a: Any, factors: Sequence[int], xp: Any) -> Any:
+    """``reduce(a, factors)``, for a large numpy ``a`` in slabs along the first axis (whole
+    blocks each) on the CPU backend's threads, which numpy's arithmetic lets run at once.
+    Small slabs also stay in the cores' caches across the passes of the reduction."""
+    if xp is not np or a.nbytes <= _PARALLEL_BYTES or a.shape[0] <= factors[0]:
+        return reduce(a, factors)
+    from linumpy_gpu.backends.cpu import CpuBackend
+
+    plane = max(1, a.nbytes // a.shape[0])
+    rows = max(factors[0], (_PARALLEL_BYTES // 8 // plane) // factors[0] * factors[0])
+    slabs = [a[z : z + rows] for z in range(0, a.shape[0], rows)]
+    return np.concatenate(list(CpuBackend.pool().map(lambda s: reduce(s, factors), slabs)))
+
+
+def _exact_in_integers(dtype: np.dtype, factors: Sequence[int]) -> bool:
+    """Whether :func:`_integer_mean` gives exactly what the float mean and ``rint`` give:
+    8- and 16-bit integers (their float32 sums are exact) over blocks of a power-of-two
+    size (dividing by it is exact too)."""
+    count = math.prod(factors)
+    return dtype.kind in "iu" and dtype.itemsize <= 2 and count & (count - 1) == 0
+
+
+def _integer_mean(a: Any, factors: Sequence[int]) -> Any:
+    """Block means of 8- or 16-bit integers rounded half to even, in 32-bit integer sums:
+    the float mean's result several times faster (see :func:`_exact_in_integers`)."""
+    wide = np.int32 if a.dtype.kind == "i" else np.uint32
+    total = a
+    for axis, f in enumerate(factors):
+        if f == 1:
+            continue
+        lead = (slice(None),) * axis
+        summed = total[lead + (slice(0, None, f),)].astype(wide)
+        for k in range(1, f):
+            summed += total[lead + (slice(k, None, f),)]
+        total = summed
+    count = math.prod(factors)
+    if count == 1:
+        return a.copy()
+    quotient = total >> (count.bit_length() - 1)
+    rest = total & (count - 1)
+    half = count >> 1
+    quotient += (rest > half) | ((rest == half) & ((quotient & 1) == 1))
+    return quotient.astype(a.dtype)
 
 
 def _mean_blocks(a: Any, factors: Sequence[int], dtype: np.dtype) -> Any:

@@ -31,6 +31,38 @@ def test_mean_downsample_handles_partial_edges():
     np.testing.assert_allclose(got, expected)
 
 
+@pytest.mark.parametrize("dtype", ["u1", "i1", "u2", "i2"])
+@pytest.mark.parametrize("factors", [(2, 2, 2), (1, 2, 2), (4, 1, 2), (1, 1, 1)])
+def test_integer_mean_is_the_rounded_float_mean(dtype, factors):
+    """8- and 16-bit means come from integer sums: the same values as the float32 mean
+    rounded half to even, including exact halves and the ends of the type's range."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(1)
+    a = rng.integers(info.min, info.max, size=(8, 12, 16), endpoint=True).astype(dtype)
+    a[0, :2, :2] = info.max
+    a[1, :2, :2] = info.min
+    a[2, 0, :2] = [1, 2]  # a block whose mean ends in exactly one half
+    expected = np.rint(
+        a.reshape(
+            8 // factors[0], factors[0], 12 // factors[1], factors[1], 16 // factors[2], factors[2]
+        )
+        .astype("f4")
+        .mean(axis=(1, 3, 5))
+    ).astype(dtype)
+    got = downsample(a, factors, "mean")
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_large_mean_downsample_in_slabs_equals_the_whole():
+    """Inputs large enough to be reduced in slabs on several threads give the values the
+    whole-array reduction gives."""
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 65535, size=(96, 256, 256), endpoint=True).astype("u2")
+    expected = np.rint(a.reshape(48, 2, 128, 2, 128, 2).astype("f4").mean(axis=(1, 3, 5)))
+    np.testing.assert_array_equal(downsample(a, (2, 2, 2), "mean"), expected.astype("u2"))
+
+
 def test_mode_downsample_for_labels():
     a = np.array([[1, 1, 2, 3], [1, 2, 3, 3], [5, 5, 0, 0], [5, 4, 0, 7]], dtype="u4")
     np.testing.assert_array_equal(downsample(a, (2, 2), "mode"), [[1, 3], [5, 0]])
