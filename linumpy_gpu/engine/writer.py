@@ -13,6 +13,7 @@ import itertools
 import math
 import numbers
 import os
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,6 +25,9 @@ from linumpy_gpu.core.selection import normalize_selection
 from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.errors import ChunkWriteError, SelectionError, UnsupportedWriteError, WriteError
 from linumpy_gpu.io.files import UnitLocks, write_file_atomically
+
+# What a storage unit's file holds: one buffer, or pieces written back to back (a shard)
+Blob = bytes | list[bytes]
 
 
 class ChunkedArrayWriter:
@@ -171,7 +175,7 @@ class ChunkedArrayWriter:
 
     def _encode_units(
         self, data: Any, origin: list[int], units: list[tuple[int, ...]]
-    ) -> list[bytes | None]:
+    ) -> Sequence[Blob | None]:
         layout = self.layout
         chunk = layout.chunk_shape
         if layout.shard_shape is None:
@@ -187,7 +191,7 @@ class ChunkedArrayWriter:
                 inner_regions.append(region)
                 owners.append(k)
         frames = self._encode_chunks(data, inner_regions)
-        shards: list[bytes | None] = []
+        shards: list[Blob | None] = []
         n_inner = math.prod(per)
         for k in range(len(units)):
             parts = frames[k * n_inner : (k + 1) * n_inner]
@@ -224,10 +228,10 @@ class ChunkedArrayWriter:
             out[i] = f
         return out
 
-    def _put_all(self, keys: list[str], blobs: list[bytes | None]) -> None:
+    def _put_all(self, keys: list[str], blobs: Sequence[Blob | None]) -> None:
         done: list[str] = []
 
-        def put(item: tuple[str, bytes | None]) -> None:
+        def put(item: tuple[str, Blob | None]) -> None:
             key, blob = item
             if blob is None:  # a unit wholly outside the array: nothing to store
                 return
@@ -249,12 +253,13 @@ class ChunkedArrayWriter:
                 put(item)
         self.written += len(done)
 
-    def _put(self, key: str, blob: bytes) -> None:
+    def _put(self, key: str, blob: Blob) -> None:
         if self._root is None:
             from zarr.core.buffer import default_buffer_prototype
             from zarr.core.sync import sync
 
-            sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(blob)))
+            whole = b"".join(blob) if isinstance(blob, list) else blob
+            sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(whole)))
             return
         path = os.path.join(os.fspath(self._root), *key.split("/"))
         folder = os.path.dirname(path)
@@ -264,9 +269,10 @@ class ChunkedArrayWriter:
         write_file_atomically(path, blob)
 
 
-def _assemble_shard(frames: list[bytes | None], regions: list[Any]) -> bytes:
+def _assemble_shard(frames: list[bytes | None], regions: list[Any]) -> list[bytes]:
     """Inner chunks back to back, then the index (offset, nbytes per inner chunk, C order)
-    and its crc32c, as zarr's sharding codec (index at the end) lays them out."""
+    and its crc32c, as zarr's sharding codec (index at the end) lays them out: the pieces
+    of the shard's file, written one after another without joining them in memory."""
     import google_crc32c
 
     index = np.full((len(frames), 2), np.iinfo(np.uint64).max, dtype="<u8")
@@ -278,8 +284,8 @@ def _assemble_shard(frames: list[bytes | None], regions: list[Any]) -> bytes:
         parts.append(f)
         offset += len(f)
     raw_index = index.tobytes()
-    crc = google_crc32c.value(raw_index).to_bytes(4, "little")
-    return b"".join(parts) + raw_index + crc
+    parts += [raw_index, google_crc32c.value(raw_index).to_bytes(4, "little")]
+    return parts
 
 
 def check_write_bounds(region: Any, shape: tuple[int, ...]) -> None:

@@ -58,10 +58,14 @@ def replacing(path: str) -> Iterator[str]:
             _generations[path] = _generations.get(path, 0) + 1
 
 
-def write_file_atomically(path: str, data: bytes | memoryview) -> None:
-    """Write ``data`` to ``path`` through :func:`replacing`."""
+def write_file_atomically(path: str, data: bytes | memoryview | list[bytes]) -> None:
+    """Write ``data`` (one buffer, or a list of buffers written back to back) to ``path``
+    through :func:`replacing`."""
     with replacing(path) as tmp, open(tmp, "wb") as f:
-        f.write(data)
+        if isinstance(data, list):
+            f.writelines(data)
+        else:
+            f.write(data)
 
 
 def is_zarr_store(path: str) -> bool:
