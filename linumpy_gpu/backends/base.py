@@ -117,18 +117,17 @@ class Backend(ABC):
     # -- writing --------------------------------------------------------------------------
 
     @abstractmethod
-    def gather_chunks(
-        self, data: Any, regions: Sequence[Any], chunk_shape: tuple[int, ...], fill_value: Any
-    ) -> tuple[Any, int]:
-        """Copy ``data[region]`` of each chunk into consecutive full-size chunk slots (edge
-        chunks padded with ``fill_value``); returns the flat uint8 buffer and slot stride."""
-
-    @abstractmethod
-    def encode_chunks(
-        self, packed: Any, nbytes: int, n: int, stride: int, zstd: tuple[int, bool] | None
+    def encode_regions(
+        self,
+        data: Any,
+        regions: Sequence[Any],
+        chunk_shape: tuple[int, ...],
+        fill_value: Any,
+        zstd: tuple[int, bool] | None,
     ) -> list[bytes]:
-        """The stored bytes of ``n`` chunks of ``nbytes`` at ``packed[i * stride:]``: zstd
-        frames (``zstd`` = (level, checksum)) or the raw bytes (``zstd`` None)."""
+        """The stored bytes of the chunks holding ``data[region]`` for each region (edge
+        chunks padded to ``chunk_shape`` with ``fill_value``): zstd frames (``zstd`` =
+        (level, checksum)) or the raw C-order bytes (``zstd`` None)."""
 
 
 class BatchMemory:

@@ -67,38 +67,35 @@ class CpuBackend(Backend):
     def from_any(self, array: Any) -> np.ndarray:
         return array.get() if hasattr(array, "__cuda_array_interface__") else np.asarray(array)
 
-    def gather_chunks(
-        self, data: Any, regions: Sequence[Any], chunk_shape: tuple[int, ...], fill_value: Any
-    ) -> tuple[np.ndarray, int]:
-        packed = np.empty((len(regions), *chunk_shape), dtype=data.dtype)
-
-        def one(k: int) -> None:
-            region = regions[k]
-            extent = tuple(r.stop - r.start for r in region)
-            if extent != tuple(chunk_shape):
-                packed[k] = fill_value
-            packed[k][tuple(slice(0, e) for e in extent)] = data[region]
-
-        # numpy copies without the GIL: chunks are gathered on every core
-        if len(regions) < 4:
-            for k in range(len(regions)):
-                one(k)
-        else:
-            list(self.pool().map(one, range(len(regions))))
-        return packed.reshape(-1).view(np.uint8), int(packed[0].nbytes) if len(regions) else 0
-
-    def encode_chunks(
-        self, packed: Any, nbytes: int, n: int, stride: int, zstd: tuple[int, bool] | None
+    def encode_regions(
+        self,
+        data: Any,
+        regions: Sequence[Any],
+        chunk_shape: tuple[int, ...],
+        fill_value: Any,
+        zstd: tuple[int, bool] | None,
     ) -> list[bytes]:
-        views = [packed[i * stride : i * stride + nbytes] for i in range(n)]
-        if zstd is None:
-            return [v.tobytes() for v in views]
-        import numcodecs
+        """Each chunk copied out of ``data`` and encoded by one pool thread: no pass over
+        the whole batch, and no more than a chunk per thread held above the frames."""
+        codec = None
+        if zstd is not None:
+            import numcodecs
 
-        codec = numcodecs.Zstd(level=zstd[0], checksum=zstd[1])
-        if n <= 1:
-            return [codec.encode(v) for v in views]
-        return list(self.pool().map(codec.encode, views))
+            codec = numcodecs.Zstd(level=zstd[0], checksum=zstd[1])
+        full = tuple(chunk_shape)
+
+        def one(region: Any) -> bytes:
+            extent = tuple(r.stop - r.start for r in region)
+            if extent == full:
+                chunk = np.ascontiguousarray(data[region])
+            else:
+                chunk = np.full(full, fill_value, dtype=data.dtype)
+                chunk[tuple(slice(0, e) for e in extent)] = data[region]
+            return bytes(codec.encode(chunk)) if codec is not None else chunk.tobytes()
+
+        if len(regions) < 2:
+            return [one(r) for r in regions]
+        return list(self.pool().map(one, regions))
 
     def check_out(self, out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
         super().check_out(out, shape, dtype)

@@ -216,13 +216,10 @@ class ChunkedArrayWriter:
     def _encode_chunks(self, data: Any, regions: list[Any]) -> list[bytes | None]:
         layout = self.layout
         present = [i for i, r in enumerate(regions) if r is not None]
-        packed, stride = self.backend.gather_chunks(
-            data, [regions[i] for i in present], layout.chunk_shape, layout.fill_value
-        )
-        assert layout.chunk is not None  # checked when the writer was made
-        nbytes = layout.chunk.nbytes
         zstd = None if self.level is None else (self.level, self.checksum)
-        frames = self.backend.encode_chunks(packed, nbytes, len(present), stride, zstd)
+        frames = self.backend.encode_regions(
+            data, [regions[i] for i in present], layout.chunk_shape, layout.fill_value, zstd
+        )
         out: list[bytes | None] = [None] * len(regions)
         for i, f in zip(present, frames, strict=True):
             out[i] = f
