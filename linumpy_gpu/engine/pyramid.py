@@ -88,6 +88,9 @@ def _exact_in_integers(dtype: np.dtype, factors: Sequence[int]) -> bool:
 def _integer_mean(a: Any, factors: Sequence[int]) -> Any:
     """Block means of 8- or 16-bit integers rounded half to even, in 32-bit integer sums:
     the float mean's result several times faster (see :func:`_exact_in_integers`)."""
+    count = math.prod(factors)
+    if count == 1:
+        return a.copy()
     wide = np.int32 if a.dtype.kind == "i" else np.uint32
     total = a
     for axis, f in enumerate(factors):
@@ -98,9 +101,6 @@ def _integer_mean(a: Any, factors: Sequence[int]) -> Any:
         for k in range(1, f):
             summed += total[lead + (slice(k, None, f),)]
         total = summed
-    count = math.prod(factors)
-    if count == 1:
-        return a.copy()
     quotient = total >> (count.bit_length() - 1)
     rest = total & (count - 1)
     half = count >> 1
