@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,20 @@ from linumpy_gpu.io.sources import ByteSource
 ChunkSink = Callable[[int, Any], None]
 
 EncodedChunk = tuple[str, memoryview]  # (key for messages, stored bytes)
+
+
+def _nothing_to_release() -> None:
+    return None
+
+
+@dataclass
+class EncodedChunks:
+    """The stored bytes of a batch of chunks, in order, and how to give back the memory
+    they lie in once they are written (a GPU lands them in pinned host memory that later
+    batches reuse: after ``release()`` the frames must not be read)."""
+
+    frames: list[bytes | memoryview]
+    release: Callable[[], None] = _nothing_to_release
 
 
 class _Placed:
@@ -124,7 +139,7 @@ class Backend(ABC):
         chunk_shape: tuple[int, ...],
         fill_value: Any,
         zstd: tuple[int, bool] | None,
-    ) -> list[bytes]:
+    ) -> EncodedChunks:
         """The stored bytes of the chunks holding ``data[region]`` for each region (edge
         chunks padded to ``chunk_shape`` with ``fill_value``): zstd frames (``zstd`` =
         (level, checksum)) or the raw C-order bytes (``zstd`` None)."""

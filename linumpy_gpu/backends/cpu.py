@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from linumpy_gpu.backends.base import PLACED, Backend, ChunkSink, EncodedChunk
+from linumpy_gpu.backends.base import PLACED, Backend, ChunkSink, EncodedChunk, EncodedChunks
 from linumpy_gpu.codecs import decode_chain
 from linumpy_gpu.core.assemble import chunk_array, place
 from linumpy_gpu.core.layout import ChunkFormat
@@ -74,7 +74,7 @@ class CpuBackend(Backend):
         chunk_shape: tuple[int, ...],
         fill_value: Any,
         zstd: tuple[int, bool] | None,
-    ) -> list[bytes]:
+    ) -> EncodedChunks:
         """Each chunk copied out of ``data`` and encoded by one pool thread: no pass over
         the whole batch, and no more than a chunk per thread held above the frames."""
         codec = None
@@ -94,8 +94,8 @@ class CpuBackend(Backend):
             return bytes(codec.encode(chunk)) if codec is not None else chunk.tobytes()
 
         if len(regions) < 2:
-            return [one(r) for r in regions]
-        return list(self.pool().map(one, regions))
+            return EncodedChunks([one(r) for r in regions])
+        return EncodedChunks(list(self.pool().map(one, regions)))
 
     def check_out(self, out: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
         super().check_out(out, shape, dtype)

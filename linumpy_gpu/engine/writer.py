@@ -13,7 +13,7 @@ import itertools
 import math
 import numbers
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,8 +26,10 @@ from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.errors import ChunkWriteError, SelectionError, UnsupportedWriteError, WriteError
 from linumpy_gpu.io.files import UnitLocks, write_file_atomically
 
+# Stored bytes: ordinary bytes, or a view of the memory an encoder landed them in
+Buffer = bytes | memoryview
 # What a storage unit's file holds: one buffer, or pieces written back to back (a shard)
-Blob = bytes | list[bytes]
+Blob = Buffer | list[Buffer]
 
 
 class ChunkedArrayWriter:
@@ -163,11 +165,11 @@ class ChunkedArrayWriter:
             pending = None
             for i in range(0, len(units), per_batch):
                 batch = units[i : i + per_batch]
-                blobs = self._encode_units(data, origin, batch)
+                blobs, release = self._encode_units(data, origin, batch)
                 keys = [self._prefix + layout.storage_key(u) for u in batch]
                 if pending is not None:
                     pending.result()
-                pending = putter.submit(self._put_all, keys, blobs)
+                pending = putter.submit(self._put_all, keys, blobs, release)
                 if progress is not None:
                     progress.update(len(batch))
             if pending is not None:
@@ -175,29 +177,30 @@ class ChunkedArrayWriter:
 
     def _encode_units(
         self, data: Any, origin: list[int], units: list[tuple[int, ...]]
-    ) -> Sequence[Blob | None]:
+    ) -> tuple[list[Blob | None], Callable[[], None]]:
+        """The files of ``units`` (None: outside the array), and what gives back the memory
+        their bytes lie in once they are written."""
         layout = self.layout
         chunk = layout.chunk_shape
         if layout.shard_shape is None:
             regions = [self._region(u, chunk, origin) for u in units]
-            return self._encode_chunks(data, regions)
+            chunks, release = self._encode_chunks(data, regions)
+            return list[Blob | None](chunks), release
         assert layout.shard_index is not None  # sharded: the index format is known
         per = layout.shard_index.inner_per_shard
-        inner_regions, owners = [], []
-        for k, shard in enumerate(units):
+        inner_regions = []
+        for shard in units:
             for inner in itertools.product(*(range(p) for p in per)):
                 coords = tuple(s * p + i for s, p, i in zip(shard, per, inner, strict=True))
-                region = self._region(coords, chunk, origin)
-                inner_regions.append(region)
-                owners.append(k)
-        frames = self._encode_chunks(data, inner_regions)
+                inner_regions.append(self._region(coords, chunk, origin))
+        frames, release = self._encode_chunks(data, inner_regions)
         shards: list[Blob | None] = []
         n_inner = math.prod(per)
         for k in range(len(units)):
             parts = frames[k * n_inner : (k + 1) * n_inner]
             regions = inner_regions[k * n_inner : (k + 1) * n_inner]
             shards.append(_assemble_shard(parts, regions))
-        return shards
+        return shards, release
 
     def _region(
         self, coords: tuple[int, ...], chunk: tuple[int, ...], origin: list[int]
@@ -213,19 +216,30 @@ class ChunkedArrayWriter:
             out.append(slice(a - o, b - o))
         return tuple(out)
 
-    def _encode_chunks(self, data: Any, regions: list[Any]) -> list[bytes | None]:
+    def _encode_chunks(
+        self, data: Any, regions: list[Any]
+    ) -> tuple[list[Buffer | None], Callable[[], None]]:
         layout = self.layout
         present = [i for i, r in enumerate(regions) if r is not None]
         zstd = None if self.level is None else (self.level, self.checksum)
-        frames = self.backend.encode_regions(
+        encoded = self.backend.encode_regions(
             data, [regions[i] for i in present], layout.chunk_shape, layout.fill_value, zstd
         )
-        out: list[bytes | None] = [None] * len(regions)
-        for i, f in zip(present, frames, strict=True):
+        out: list[Buffer | None] = [None] * len(regions)
+        for i, f in zip(present, encoded.frames, strict=True):
             out[i] = f
-        return out
+        return out, encoded.release
 
-    def _put_all(self, keys: list[str], blobs: Sequence[Blob | None]) -> None:
+    def _put_all(
+        self, keys: list[str], blobs: Sequence[Blob | None], release: Callable[[], None]
+    ) -> None:
+        """Write each blob to its key, then give back the memory the blobs lie in."""
+        try:
+            self._put_blobs(keys, blobs)
+        finally:
+            release()
+
+    def _put_blobs(self, keys: list[str], blobs: Sequence[Blob | None]) -> None:
         done: list[str] = []
 
         def put(item: tuple[str, Blob | None]) -> None:
@@ -255,7 +269,8 @@ class ChunkedArrayWriter:
             from zarr.core.buffer import default_buffer_prototype
             from zarr.core.sync import sync
 
-            whole = b"".join(blob) if isinstance(blob, list) else blob
+            # a copy: the store may keep it, and landed memory is reused once released
+            whole = b"".join(blob) if isinstance(blob, list) else bytes(blob)
             sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(whole)))
             return
         path = os.path.join(os.fspath(self._root), *key.split("/"))
@@ -266,14 +281,15 @@ class ChunkedArrayWriter:
         write_file_atomically(path, blob)
 
 
-def _assemble_shard(frames: list[bytes | None], regions: list[Any]) -> list[bytes]:
+def _assemble_shard(frames: list[Buffer | None], regions: list[Any]) -> list[Buffer]:
     """Inner chunks back to back, then the index (offset, nbytes per inner chunk, C order)
     and its crc32c, as zarr's sharding codec (index at the end) lays them out: the pieces
     of the shard's file, written one after another without joining them in memory."""
     import google_crc32c
 
     index = np.full((len(frames), 2), np.iinfo(np.uint64).max, dtype="<u8")
-    parts, offset = [], 0
+    parts: list[Buffer] = []
+    offset = 0
     for i, f in enumerate(frames):
         if f is None or regions[i] is None:
             continue

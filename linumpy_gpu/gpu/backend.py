@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 
 from linumpy_gpu import config
-from linumpy_gpu.backends.base import PLACED, Backend, BatchMemory, ChunkSink, EncodedChunk
+from linumpy_gpu.backends.base import (
+    PLACED,
+    Backend,
+    BatchMemory,
+    ChunkSink,
+    EncodedChunk,
+    EncodedChunks,
+)
 from linumpy_gpu.backends.cpu import CpuBackend
 from linumpy_gpu.codecs import blosc, crc32c, decode_chain_into, lz4, zstd
 from linumpy_gpu.config import Settings
@@ -41,7 +48,7 @@ from linumpy_gpu.gpu.nvcomp.zstd import (
     round_up,
 )
 from linumpy_gpu.gpu.pinned import GrowingHostBuffer
-from linumpy_gpu.gpu.staging import staging_pool
+from linumpy_gpu.gpu.staging import download_spans, staging_pool
 from linumpy_gpu.io.sources import ByteSource
 
 MAX_SCATTER_DIMS = 6
@@ -298,11 +305,30 @@ class GpuBackend(Backend, BatchMemory):
         chunk_shape: tuple[int, ...],
         fill_value: Any,
         zstd: tuple[int, bool] | None,
-    ) -> list[bytes]:
-        """Gathered into full-size slots by one kernel, then encoded by nvCOMP in one batch."""
+    ) -> EncodedChunks:
+        """Gathered into full-size slots by one kernel, encoded by nvCOMP in one batch, and
+        landed in the staging ring's pinned arenas (released once written)."""
         packed, stride = self.gather_chunks(data, regions, chunk_shape, fill_value)
         nbytes = math.prod(chunk_shape) * data.dtype.itemsize
-        return self.encode_chunks(packed, nbytes, len(regions), stride, zstd)
+        n = len(regions)
+        with self.device:
+            codec = codec_for_current_device()
+            if zstd is None:  # raw chunks: straight from their slots
+                addresses = np.uint64(packed.data.ptr) + np.arange(n, dtype=np.uint64) * np.uint64(
+                    stride
+                )
+                codec.stream.wait_event(self.xp.cuda.get_current_stream().record())
+                sizes = np.full(n, nbytes, dtype=np.int64)
+                frames, staged = download_spans(addresses, sizes, codec.stream, self._staging())
+            else:  # nvCOMP has no levels: the level is for CPU writers
+                encoded = codec.encode(packed, nbytes, n, stride, zstd[1])
+                frames, staged = download_spans(
+                    encoded.addresses, encoded.sizes, codec.stream, self._staging(), encoded.room
+                )
+                encoded.finish(frames)
+        if staged is None:
+            return EncodedChunks(list(frames))
+        return EncodedChunks(list(frames), staged.release)
 
     def gather_chunks(
         self, data: Any, regions: Sequence[Any], chunk_shape: tuple[int, ...], fill_value: Any
@@ -337,15 +363,6 @@ class GpuBackend(Backend, BatchMemory):
             )
             self._launch_copy(jobs, ndim, itemsize)
             return packed.reshape(-1).view(np.uint8), stride
-
-    def encode_chunks(
-        self, packed: Any, nbytes: int, n: int, stride: int, zstd: tuple[int, bool] | None
-    ) -> list[bytes]:
-        if zstd is None:
-            host = packed.get()
-            return [host[i * stride : i * stride + nbytes].tobytes() for i in range(n)]
-        with self.device:  # nvCOMP has no levels: the level is for CPU writers
-            return codec_for_current_device().encode(packed, nbytes, n, stride, zstd[1])
 
     def memory(self) -> BatchMemory:
         return self

@@ -32,6 +32,7 @@ from linumpy_gpu.codecs import ByteCodec, blosc, decode_chain, lz4
 from linumpy_gpu.errors import ChunkDecodeError, CodecError
 from linumpy_gpu.gpu.nvcomp import streams
 from linumpy_gpu.gpu.nvcomp.zstd import SLOT_ALIGN, codec_for_current_device, round_up
+from linumpy_gpu.gpu.staging import download_spans
 
 QUALNAME = "linumpy_gpu.gpu.zarr_codec.NvcompZstdCodec"
 BLOSC_QUALNAME = "linumpy_gpu.gpu.zarr_codec.NvcompBloscCodec"
@@ -125,7 +126,11 @@ def encode_arrays(arrays: list[Any], checksum: bool) -> list[bytes]:
     packed = cupy.empty(max(1, stride * len(arrays)), dtype=np.uint8)
     for i, a in enumerate(arrays):
         packed[i * stride : i * stride + nbytes] = a
-    return codec_for_current_device().encode(packed, nbytes, len(arrays), stride, checksum)
+    codec = codec_for_current_device()
+    frames = codec.encode(packed, nbytes, len(arrays), stride, checksum)
+    views, _ = download_spans(frames.addresses, frames.sizes, codec.stream, room=frames.room)
+    frames.finish(views)
+    return [bytes(v) for v in views]
 
 
 class _GpuDecode:

@@ -58,7 +58,7 @@ def replacing(path: str) -> Iterator[str]:
             _generations[path] = _generations.get(path, 0) + 1
 
 
-def write_file_atomically(path: str, data: bytes | memoryview | list[bytes]) -> None:
+def write_file_atomically(path: str, data: bytes | memoryview | list[bytes | memoryview]) -> None:
     """Write ``data`` (one buffer, or a list of buffers written back to back) to ``path``
     through :func:`replacing`."""
     with replacing(path) as tmp, open(tmp, "wb") as f:

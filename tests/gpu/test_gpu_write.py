@@ -79,3 +79,44 @@ def test_gpu_labels_and_region_writes(tmp_path, cp):
         zarr.open_array(str(tmp_path / "i.zarr" / "1"))[...],
         downsample(expected, (2, 2, 2), "mean"),
     )
+
+
+def test_spans_land_in_pinned_arenas_and_spill_past_the_cap(cp):
+    """Device spans come back byte for byte, each with writable room after it: those that
+    fit the ring in its pinned arenas (given back on release), the rest in ordinary memory."""
+    from linumpy_gpu.gpu.staging import StagingPool, download_spans
+
+    rng = np.random.default_rng(3)
+    sizes = np.array([300_000, 5, 0, 700_000, 1_000_003, 123_457], dtype=np.int64)
+    parts = [rng.integers(0, 256, int(s), dtype=np.uint8) for s in sizes]
+    device = [cp.asarray(p) for p in parts]
+    addresses = np.array([d.data.ptr for d in device], dtype=np.uint64)
+    pool = StagingPool(cap=1 << 20, arena_bytes=1 << 20)  # room for some spans, not all
+    stream = cp.cuda.Stream(non_blocking=True)
+    views, staged = download_spans(addresses, sizes, stream, pool, room=4)
+    assert staged is not None and staged.arenas, "nothing landed in the ring"
+    assert pool.allocated <= 1 << 20
+    for view, part in zip(views, parts, strict=True):
+        assert len(view) == part.size + 4
+        assert bytes(view[: part.size]) == part.tobytes()
+        view[part.size :] = b"room"  # the room is writable
+    staged.release()
+    assert sum(a.size for a in pool._free) == pool.allocated  # every arena given back
+
+
+@pytest.mark.parametrize("compressor", [None, "zstd"])
+def test_gpu_writes_larger_than_the_staging_ring_read_back(tmp_path, cp, compressor):
+    """A write whose stored bytes exceed the pinned ring lands the rest in ordinary memory
+    and still writes every chunk whole (raw chunks and checksummed zstd frames)."""
+    data = (np.arange(64 * 128 * 128) * 7 % 65521).astype("u2").reshape(64, 128, 128)
+    with lg.config.set(pinned_bytes=1 << 20):
+        lg.write_ome_zarr(
+            tmp_path / "w.zarr",
+            cp.asarray(data),
+            axes="zyx",
+            chunks=(16, 64, 64),
+            levels=1,
+            compressor=compressor,
+            checksum=True,
+        )
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "w.zarr" / "0", mode="r")[...], data)

@@ -15,11 +15,11 @@ def test_regions_encode_to_full_chunks_with_edges_padded():
         (slice(0, 4), slice(0, 4)),  # a full chunk
         (slice(4, 5), slice(4, 6)),  # the corner: 1 x 2 of the data
     ]
-    raw = CpuBackend().encode_regions(data, regions, (4, 4), 7, None)
+    raw = CpuBackend().encode_regions(data, regions, (4, 4), 7, None).frames
     corner = np.full((4, 4), 7, dtype="u2")
     corner[:1, :2] = data[4:5, 4:6]
     assert raw == [data[:4, :4].tobytes(), corner.tobytes()]
-    frames = CpuBackend().encode_regions(data, regions, (4, 4), 7, (3, True))
+    frames = CpuBackend().encode_regions(data, regions, (4, 4), 7, (3, True)).frames
     assert [bytes(Zstd().decode(f)) for f in frames] == raw
 
 
@@ -27,7 +27,7 @@ def test_many_regions_encode_in_order_on_the_pool():
     rng = np.random.default_rng(0)
     data = rng.integers(0, 1000, size=(64, 64), dtype="u2")
     regions = [(slice(z, z + 8), slice(x, x + 8)) for z in range(0, 64, 8) for x in range(0, 64, 8)]
-    frames = CpuBackend().encode_regions(data, regions, (8, 8), 0, (1, False))
+    frames = CpuBackend().encode_regions(data, regions, (8, 8), 0, (1, False)).frames
     decoded = [np.frombuffer(Zstd().decode(f), dtype="u2").reshape(8, 8) for f in frames]
     for region, chunk in zip(regions, decoded, strict=True):
         np.testing.assert_array_equal(chunk, data[region])

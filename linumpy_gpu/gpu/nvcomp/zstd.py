@@ -74,6 +74,34 @@ class DeviceSlot:
         return self.batch.slot(self.index)
 
 
+@dataclass
+class CompressedFrames:
+    """zstd frames an encode left on the device: frame i is ``sizes[i]`` bytes at device
+    address ``addresses[i]`` (inside ``buffer``); ``checksums``: the content checksum each
+    frame is to carry (None: no checksums)."""
+
+    buffer: Any
+    addresses: np.ndarray  # uint64
+    sizes: np.ndarray  # int64
+    checksums: np.ndarray | None
+
+    @property
+    def room(self) -> int:
+        """Bytes each frame grows by once finished (its content checksum)."""
+        return 0 if self.checksums is None else 4
+
+    def finish(self, frames: Sequence[Any]) -> None:
+        """Complete the host copies ``frames`` (writable, each with :attr:`room` bytes after
+        its frame): flag the content checksum in each header and append it."""
+        if self.checksums is None:
+            return
+        for frame, size, value in zip(
+            frames, self.sizes.tolist(), self.checksums.tolist(), strict=True
+        ):
+            frame[4] |= 0x04  # Content_Checksum_flag in the frame header descriptor
+            frame[size : size + 4] = value.to_bytes(4, "little")
+
+
 def device_view(ptr: int, nbytes: int, owner: Any) -> Any:
     """A 1-D uint8 cupy array over ``nbytes`` of device memory at ``ptr`` owned by
     ``owner`` (kept alive by the view)."""
@@ -458,12 +486,15 @@ class ZstdBatchCodec:
 
     # -- encode -------------------------------------------------------------------------
 
-    def encode(self, data: Any, nbytes: int, n: int, stride: int, checksum: bool) -> list[bytes]:
+    def encode(
+        self, data: Any, nbytes: int, n: int, stride: int, checksum: bool
+    ) -> CompressedFrames:
         """Compress ``n`` chunks of ``nbytes`` at ``data.data.ptr + i * stride`` (device) into
-        zstd frames readable by any zstd; with ``checksum`` the content checksum is added."""
+        zstd frames readable by any zstd, left on the device for the caller to copy out
+        (with ``checksum``, :meth:`CompressedFrames.finish` adds the content checksums)."""
         cp = self.cupy
         if n == 0:
-            return []
+            return CompressedFrames(None, np.zeros(0, np.uint64), np.zeros(0, np.int64), None)
         self.stream.wait_event(cp.cuda.get_current_stream().record())
         max_out = round_up(self.api.max_compressed_bytes(nbytes), 8)
         args = np.empty((4, n), dtype=np.uint64)
@@ -500,7 +531,7 @@ class ZstdBatchCodec:
                     (data, np.uint64(stride), np.uint64(nbytes), np.int32(n), sums_d),
                 )
             sums = sums_d.get(stream=self.stream)
-        sizes_h = comp_sizes.get(stream=self.stream)
+        sizes_h = comp_sizes.get(stream=self.stream).astype(np.int64)
         status_h = statuses.get(stream=self.stream)
         if (status_h != 0).any():
             bad = int(np.flatnonzero(status_h)[0])
@@ -508,27 +539,7 @@ class ZstdBatchCodec:
                 f"nvCOMP zstd compression failed for chunk {bad}: "
                 f"{self.api.status_string(int(status_h[bad]))}"
             )
-        total = int(sizes_h.sum())
-        with self.stream:
-            packed = cp.empty(max(total, 1), dtype=np.uint8)
-            pos = 0
-            for i, size in enumerate(sizes_h):
-                size = int(size)
-                packed[pos : pos + size] = comp[i * max_out : i * max_out + size]
-                pos += size
-        host = self.packing.get(total)[: max(total, 1)]
-        packed.data.copy_to_host_async(ctypes.c_void_p(host.ctypes.data), total, self.stream)
-        self.stream.synchronize()
-        frames = []
-        pos = 0
-        for i, size in enumerate(sizes_h):
-            frame = bytearray(host[pos : pos + int(size)])
-            pos += int(size)
-            if sums is not None:
-                frame[4] |= 0x04  # Content_Checksum_flag in the frame header descriptor
-                frame += int(sums[i]).to_bytes(4, "little")
-            frames.append(bytes(frame))
-        return frames
+        return CompressedFrames(comp, args[2], sizes_h, sums)
 
 
 _local = threading.local()
