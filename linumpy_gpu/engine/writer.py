@@ -166,9 +166,13 @@ class ChunkedArrayWriter:
             for i in range(0, len(units), per_batch):
                 batch = units[i : i + per_batch]
                 blobs, release = self._encode_units(data, origin, batch)
-                keys = [self._prefix + layout.storage_key(u) for u in batch]
-                if pending is not None:
-                    pending.result()
+                try:
+                    keys = [self._prefix + layout.storage_key(u) for u in batch]
+                    if pending is not None:
+                        pending.result()
+                except BaseException:
+                    release()  # the previous batch failed: this one is never written
+                    raise
                 pending = putter.submit(self._put_all, keys, blobs, release)
                 if progress is not None:
                     progress.update(len(batch))

@@ -327,50 +327,55 @@ def download_spans(
     spaced = -(-(sizes + room) // ALIGN) * ALIGN  # every span starts 8-byte aligned
     staged = pool.batch(int(spaced.sum())) if pool is not None and n else None
     views: list[Any] = [None] * n
-    if staged is not None:  # (an empty view has no address to locate: ordinary memory)
-        views = [staged.reserve(int(s)) if s else None for s in sizes + room]
-    pinned = np.flatnonzero([v is not None for v in views])
-    ordinary = np.flatnonzero([v is None for v in views])
-    dst = np.zeros(n, dtype=np.int64)  # each span's offset in the device packing buffer
-    arena_starts: list[int] = []
-    total = 0
-    if pinned.size:
-        assert staged is not None
-        arena_of, offset = staged.locate_all([views[i] for i in pinned]) or (None, None)
-        assert arena_of is not None and offset is not None  # reserve hands out arena views
-        for arena in staged.arenas:
-            arena_starts.append(total)
-            total += -(-arena.used // ALIGN) * ALIGN
-        dst[pinned] = np.asarray(arena_starts, dtype=np.int64)[arena_of] + offset
-    ordinary_start = total
-    if ordinary.size:
-        dst[ordinary] = total + np.concatenate([[0], np.cumsum(spaced[ordinary][:-1])])
-        total += int(spaced[ordinary].sum())
-    if n:
-        with stream:
-            packed = cupy.empty(max(total, 1), dtype=np.uint8)
-            spans = np.stack(
-                [
-                    np.asarray(addresses, dtype=np.uint64),
-                    np.uint64(packed.data.ptr) + dst.astype(np.uint64),
-                    sizes.astype(np.uint64),
-                ],
-                axis=1,
-            )
-            d_spans = cupy.asarray(spans)
-            kernel("copy_spans")((n,), (256,), (d_spans, np.int32(n)))
-        for arena, start in zip(staged.arenas if staged else [], arena_starts, strict=True):
-            packed[start : start + arena.used].data.copy_to_host_async(
-                ctypes.c_void_p(arena.base), arena.used, stream
-            )
+    try:
+        if staged is not None:  # (an empty view has no address to locate: ordinary memory)
+            views = [staged.reserve(int(s)) if s else None for s in sizes + room]
+        pinned = np.flatnonzero([v is not None for v in views])
+        ordinary = np.flatnonzero([v is None for v in views])
+        dst = np.zeros(n, dtype=np.int64)  # each span's offset in the device packing buffer
+        arena_starts: list[int] = []
+        total = 0
+        if pinned.size:
+            assert staged is not None
+            arena_of, offset = staged.locate_all([views[i] for i in pinned]) or (None, None)
+            assert arena_of is not None and offset is not None  # reserve hands out arena views
+            for arena in staged.arenas:
+                arena_starts.append(total)
+                total += -(-arena.used // ALIGN) * ALIGN
+            dst[pinned] = np.asarray(arena_starts, dtype=np.int64)[arena_of] + offset
+        ordinary_start = total
         if ordinary.size:
-            host = np.empty(total - ordinary_start, dtype=np.uint8)
-            packed[ordinary_start:].data.copy_to_host_async(
-                ctypes.c_void_p(host.ctypes.data), host.nbytes, stream
-            )
-            whole = memoryview(cast(Any, host))
-            for i in ordinary.tolist():
-                start = int(dst[i]) - ordinary_start
-                views[i] = whole[start : start + int(sizes[i]) + room]
-        stream.synchronize()
+            dst[ordinary] = total + np.concatenate([[0], np.cumsum(spaced[ordinary][:-1])])
+            total += int(spaced[ordinary].sum())
+        if n:
+            with stream:
+                packed = cupy.empty(max(total, 1), dtype=np.uint8)
+                spans = np.stack(
+                    [
+                        np.asarray(addresses, dtype=np.uint64),
+                        np.uint64(packed.data.ptr) + dst.astype(np.uint64),
+                        sizes.astype(np.uint64),
+                    ],
+                    axis=1,
+                )
+                d_spans = cupy.asarray(spans)
+                kernel("copy_spans")((n,), (256,), (d_spans, np.int32(n)))
+            for arena, start in zip(staged.arenas if staged else [], arena_starts, strict=True):
+                packed[start : start + arena.used].data.copy_to_host_async(
+                    ctypes.c_void_p(arena.base), arena.used, stream
+                )
+            if ordinary.size:
+                host = np.empty(total - ordinary_start, dtype=np.uint8)
+                packed[ordinary_start:].data.copy_to_host_async(
+                    ctypes.c_void_p(host.ctypes.data), host.nbytes, stream
+                )
+                whole = memoryview(cast(Any, host))
+                for i in ordinary.tolist():
+                    start = int(dst[i]) - ordinary_start
+                    views[i] = whole[start : start + int(sizes[i]) + room]
+            stream.synchronize()
+    except BaseException:
+        if staged is not None:
+            staged.release()  # a failed copy must not keep the ring's arenas
+        raise
     return views, staged

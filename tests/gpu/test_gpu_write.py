@@ -104,6 +104,31 @@ def test_spans_land_in_pinned_arenas_and_spill_past_the_cap(cp):
     assert sum(a.size for a in pool._free) == pool.allocated  # every arena given back
 
 
+def test_a_failed_landing_gives_the_arenas_back(cp, monkeypatch):
+    """A copy that fails midway (here the packing kernel) leaves no arena of the ring held:
+    later reads and writes would otherwise wait for arenas that never come back."""
+    from linumpy_gpu.gpu import kernels
+    from linumpy_gpu.gpu.staging import StagingPool, download_spans
+
+    def broken(name):
+        def launch(*args):
+            raise RuntimeError(f"{name} failed")
+
+        return launch
+
+    monkeypatch.setattr(kernels, "kernel", broken)
+    device = cp.arange(1 << 16, dtype=cp.uint8)
+    pool = StagingPool(cap=4 << 20, arena_bytes=1 << 20)
+    with pytest.raises(RuntimeError, match="copy_spans failed"):
+        download_spans(
+            np.array([device.data.ptr], dtype=np.uint64),
+            np.array([device.size]),
+            cp.cuda.Stream(non_blocking=True),
+            pool,
+        )
+    assert pool.allocated > 0 and sum(a.size for a in pool._free) == pool.allocated
+
+
 @pytest.mark.parametrize("compressor", [None, "zstd"])
 def test_gpu_writes_larger_than_the_staging_ring_read_back(tmp_path, cp, compressor):
     """A write whose stored bytes exceed the pinned ring lands the rest in ordinary memory

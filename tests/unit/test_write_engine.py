@@ -121,3 +121,58 @@ def test_dask_input(tmp_path):
     np.testing.assert_array_equal(
         img[2][...], downsample(downsample(data, (2, 2, 2), "mean"), (2, 2, 2), "mean")
     )
+
+
+class _CountingBackend(lg.backends.CpuBackend):
+    """The CPU backend, counting the encoded batches it hands out and gives back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handed_out = 0
+        self.released = 0
+
+    def encode_regions(self, *args, **kwargs):
+        encoded = super().encode_regions(*args, **kwargs)
+        self.handed_out += 1
+
+        def release() -> None:
+            self.released += 1
+
+        encoded.release = release
+        return encoded
+
+
+@pytest.mark.parametrize("fail_after", [None, 1, 5])
+def test_every_encoded_batch_is_released_even_when_a_file_write_fails(
+    tmp_path, monkeypatch, fail_after
+):
+    """A GPU lands a batch's compressed chunks in pinned memory that the next reads and
+    writes reuse: the writer gives each batch back once written, and also when writing
+    a file fails (disk full), so a failed write never keeps that memory."""
+    from linumpy_gpu.engine import writer
+
+    array = zarr.create_array(
+        str(tmp_path / "a.zarr"), shape=(32, 32, 32), chunks=(8, 8, 8), dtype="u2"
+    )
+    backend = _CountingBackend()
+    engine = writer.ChunkedArrayWriter(array, backend, batch_bytes=4 * 8 * 8 * 8 * 2)
+    calls = {"n": 0}
+    original = writer.ChunkedArrayWriter._put
+
+    def put(self, key, blob):
+        calls["n"] += 1
+        if fail_after is not None and calls["n"] > fail_after:
+            raise OSError(28, "No space left on device")
+        return original(self, key, blob)
+
+    monkeypatch.setattr(writer.ChunkedArrayWriter, "_put", put)
+    data = np.arange(32**3, dtype="u2").reshape(32, 32, 32)
+    if fail_after is None:
+        engine.write((slice(None),) * 3, data)
+        np.testing.assert_array_equal(array[...], data)
+        assert backend.handed_out == 16  # 64 chunks, 4 per batch
+    else:
+        with pytest.raises(lg.ChunkWriteError, match="No space left"):
+            engine.write((slice(None),) * 3, data)
+        assert backend.handed_out >= 1
+    assert backend.released == backend.handed_out
