@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from linumpy_gpu.backends.host_staging import host_staging_pool
 from linumpy_gpu.core.assemble import chunk_array, place
 from linumpy_gpu.core.layout import ChunkFormat
 from linumpy_gpu.core.plan import ChunkPlan
@@ -224,4 +225,15 @@ class BatchMemory:
         """Give back what :meth:`acquire_staging` returned, once its batch is decoded."""
 
 
-HOST_MEMORY = BatchMemory()
+class HostMemory(BatchMemory):
+    """The host rules, with each batch's stored bytes read into reused host memory."""
+
+    def acquire_staging(self, expected_bytes: int = 0) -> Any:
+        return host_staging_pool().batch()
+
+    def release_staging(self, staging: Any) -> None:
+        if staging is not None:
+            staging.release()
+
+
+HOST_MEMORY = HostMemory()
