@@ -58,8 +58,9 @@ class HostStagedBatch:
 
     def __init__(self, pool: HostStagingPool):
         self.pool = pool
-        self._arenas: list[bytearray] = []
-        self._used = 0  # bytes handed out of the last standard arena
+        self._arenas: list[bytearray] = []  # every arena this batch holds
+        self._filling: bytearray | None = None  # the standard arena being handed out
+        self._used = 0  # bytes handed out of it
         self._lock = threading.Lock()
 
     def reserve(self, n: int) -> memoryview:
@@ -67,20 +68,22 @@ class HostStagedBatch:
         if n > self.pool.arena_bytes:
             own = bytearray(n)
             with self._lock:
-                self._arenas.insert(0, own)  # not the arena being filled
+                self._arenas.append(own)
             return memoryview(own)
         with self._lock:
-            if not self._arenas or self._used + n > self.pool.arena_bytes:
-                self._arenas.append(self.pool._take())
+            if self._filling is None or self._used + n > self.pool.arena_bytes:
+                self._filling = self.pool._take()
+                self._arenas.append(self._filling)
                 self._used = 0
             start = self._used
             self._used = -(-(start + n) // _ALIGN) * _ALIGN
-            return memoryview(self._arenas[-1])[start : start + n]
+            return memoryview(self._filling)[start : start + n]
 
     def release(self) -> None:
         """Give the arenas back (the views handed out must no longer be read)."""
         with self._lock:
-            arenas, self._arenas, self._used = self._arenas, [], 0
+            arenas, self._arenas = self._arenas, []
+            self._filling, self._used = None, 0
         self.pool._give_back(arenas)
 
 
