@@ -147,9 +147,10 @@ class Backend(ABC):
 
 
 class BatchMemory:
-    """How a read's batches are bounded and staged, with the rules for host memory: batches
-    of 8 MiB per core (32 to 256 MiB), no memory bound beyond them, no staging. A device
-    backend with memory of its own overrides these."""
+    """How a read's batches are bounded and staged. The defaults are the host's bounds:
+    batches of 8 MiB per core (32 to 256 MiB) and no memory bound beyond them; staging in
+    ordinary memory (:class:`HostMemory` adds reused arenas). A device backend with memory
+    of its own overrides these."""
 
     # A backend that can decode into the output's memory (in place, or using bytes not yet
     # written as scratch) gets a Placement per batch.
