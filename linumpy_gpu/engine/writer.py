@@ -181,15 +181,14 @@ class ChunkedArrayWriter:
 
     def _encode_units(
         self, data: Any, origin: list[int], units: list[tuple[int, ...]]
-    ) -> tuple[list[Blob | None], Callable[[], None]]:
+    ) -> tuple[Sequence[Blob | None], Callable[[], None]]:
         """The files of ``units`` (None: outside the array), and what gives back the memory
         their bytes lie in once they are written."""
         layout = self.layout
         chunk = layout.chunk_shape
         if layout.shard_shape is None:
             regions = [self._region(u, chunk, origin) for u in units]
-            chunks, release = self._encode_chunks(data, regions)
-            return list[Blob | None](chunks), release
+            return self._encode_chunks(data, regions)
         assert layout.shard_index is not None  # sharded: the index format is known
         per = layout.shard_index.inner_per_shard
         inner_regions = []
