@@ -96,29 +96,55 @@ def make_reader(
 
         return enable_gpu_read
     if base == "zarr-python":
-        return lambda region: device.asarray(
-            zarr.open_array(array_path, mode="r")[region or everything]
-        )
+        array = zarr.open_array(array_path, mode="r")
+        return lambda region: device.asarray(array[region or everything])
     if base == "zarrs":
+        with zarrs_pipeline():
+            array = zarr.open_array(array_path, mode="r")
 
         def zarrs_read(region: tuple[slice, ...] | None) -> Any:
             with zarrs_pipeline():
-                return device.asarray(zarr.open_array(array_path, mode="r")[region or everything])
+                return device.asarray(array[region or everything])
 
         return zarrs_read
     if base == "tensorstore":
-        import tensorstore as ts
-
-        driver = "zarr3" if params["zarr_format"] == 3 else "zarr"
-        spec = {"driver": driver, "kvstore": {"driver": "file", "path": array_path}}
-
-        def tensorstore_read(region: tuple[slice, ...] | None) -> Any:
-            store = ts.open(spec).result()
-            view = store if region is None else store[region]
-            return device.asarray(view.read().result())
-
-        return tensorstore_read
+        store = tensorstore_array(params)
+        return lambda region: device.asarray(
+            (store if region is None else store[region]).read().result()
+        )
     raise ValueError(f"unknown reader {name!r}")
+
+
+def tensorstore_array(params: dict[str, Any]) -> Any:
+    """The level opened once with tensorstore's ``zarr3`` or ``zarr`` driver."""
+    import tensorstore as ts
+
+    driver = "zarr3" if params["zarr_format"] == 3 else "zarr"
+    return ts.open(
+        {"driver": driver, "kvstore": {"driver": "file", "path": params["array_path"]}}
+    ).result()
+
+
+def make_many_reader(
+    name: str, params: dict[str, Any], device: common.Device
+) -> Callable[[list[tuple[slice, ...]]], list[Any]] | None:
+    """``read_many(regions)`` for a reader with an API that reads many regions at once
+    (linumpy_gpu's ``read_regions``, tensorstore's futures, all issued before the first is
+    waited for), or None for one that reads them one by one."""
+    if name == OURS:
+        import linumpy_gpu
+
+        level = linumpy_gpu.open_ome_zarr(params["image_path"], device=params["device"])[0]
+        return lambda regions: list(level.read_regions(regions))
+    if name.removesuffix(" + copy") == "tensorstore":
+        store = tensorstore_array(params)
+
+        def tensorstore_many(regions: list[tuple[slice, ...]]) -> list[Any]:
+            futures = [store[r].read() for r in regions]
+            return [device.asarray(f.result()) for f in futures]
+
+        return tensorstore_many
+    return None
 
 
 def case(params: dict[str, Any]) -> dict[str, Any]:

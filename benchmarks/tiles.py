@@ -10,8 +10,10 @@ once into ``--dir``. Then, on each ``--device``:
   each read and timed on its own; the median time is reported (in ms, in the note), and
   GB/s from it.
 
-zarr-python reads the same tiles one by one and the same small cubes, for reference (on
-the CPU). Every result is checked equal to zarr-python's read of the same region before it
+The other libraries of ``peers.py`` read the same tiles and small cubes (on the GPU,
+followed by a copy to the device): zarr-python and zarrs one by one, tensorstore one by one
+and all at once (every read issued as a future before the first is waited for), as
+``read_regions`` does. Every result is checked equal to zarr-python's read of the same region before it
 is timed. Tiles sit at the same places in every run (a fixed seed), so runs of different
 linumpy_gpu versions read the same bytes. With ``--cold`` the store's files are dropped
 from the page cache before each pass (and before each of up to 10 small reads).
@@ -34,8 +36,20 @@ from typing import Any
 
 import _common as common
 import numpy as np
+import peers
 
 COLD_SMALL_READS = 10
+# the readers of peers.py that read a region as users call them (the two GPU zarr-python
+# configurations open the array per read, a full-level pattern)
+TILE_READERS = (
+    peers.OURS,
+    "zarr-python",
+    "tensorstore",
+    "zarrs",
+    "zarr-python + copy",
+    "tensorstore + copy",
+    "zarrs + copy",
+)
 
 
 def add_options(ap: argparse.ArgumentParser) -> None:
@@ -58,22 +72,22 @@ def case(params: dict[str, Any]) -> dict[str, Any]:
     files = common.array_files(params["array_path"])
     ref = zarr.open_array(params["array_path"], mode="r")
     corner = (slice(0, 1),) * 3
-    if params["reader"].startswith("zarr-python"):
-        read_one: Callable[[tuple[slice, ...]], Any] = ref.__getitem__
-    else:
-        import linumpy_gpu
-
-        try:
-            level = linumpy_gpu.open_ome_zarr(params["image_path"], device=params["device"])[0]
-        except Exception as exc:  # an older release or a missing GPU stack
-            return {"error": common.describe_error(exc)}
-        read_one = level.__getitem__
+    try:
+        read_one = peers.make_reader(params["library"], params, device)
+        read_many = (
+            peers.make_many_reader(params["library"], params, device)
+            if params["kind"] == "regions"
+            else None
+        )
+    except Exception as exc:  # an older release or a missing GPU stack
+        return {"error": common.describe_error(exc)}
 
     def check_each(_: Any) -> bool:
         return all(common.equal(read_one(r), ref[r], device) for r in regions)
 
     def all_at_once() -> Any:
-        return level.read_regions(regions)
+        assert read_many is not None
+        return read_many(regions)
 
     def check_all(got: Any) -> bool:
         return common.equal(list(got), [ref[r] for r in regions], device)
@@ -170,29 +184,32 @@ def main() -> None:
     small_shape = "x".join(str(s.stop - s.start) for s in small[0])
     tiles_bytes = sum(int(np.prod([s.stop - s.start for s in r])) * 2 for r in tiles)
     small_bytes = int(np.prod([s.stop - s.start for s in small[0]])) * 2
-    cases = [
-        (device, f"linumpy_gpu read_regions, {args.tiles} tiles {tile_shape}", "regions", tiles)
-        for device in args.devices
-    ]
-    cases += [
-        (device, f"linumpy_gpu one by one, {args.tiles} tiles {tile_shape}", "one", tiles)
-        for device in args.devices
-    ]
-    cases += [
-        (device, f"linumpy_gpu small read {small_shape}", "small", small) for device in args.devices
-    ]
-    cases += [
-        ("cpu", f"zarr-python one by one, {args.tiles} tiles {tile_shape}", "one", tiles),
-        ("cpu", f"zarr-python small read {small_shape}", "small", small),
-    ]
+    cases: list[tuple[str, str, str, str, list[tuple[slice, ...]]]] = []
+    for device in args.devices:
+        libraries = [
+            name
+            for name, module in peers.readers(device).items()
+            if name in TILE_READERS and common.installed(module)
+        ]
+        for library in libraries:
+            if library == peers.OURS or library.startswith("tensorstore"):
+                many = "read_regions" if library == peers.OURS else "all at once (futures)"
+                label = f"{library} {many}, {args.tiles} tiles {tile_shape}"
+                cases.append((device, library, label, "regions", tiles))
+        for library in libraries:
+            label = f"{library} one by one, {args.tiles} tiles {tile_shape}"
+            cases.append((device, library, label, "one", tiles))
+        for library in libraries:
+            cases.append((device, library, f"{library} small read {small_shape}", "small", small))
     for name in args.layouts:
         store = run.store(name)
-        for device, reader, kind, regions in cases:
+        for device, library, reader, kind, regions in cases:
             params = {
                 "image_path": store.image_path,
                 "array_path": store.array_path,
+                "zarr_format": store.layout.zarr_format,
                 "device": device,
-                "reader": reader,
+                "library": library,
                 "kind": kind,
                 "regions": common.regions_to_json(regions),
                 "repeat": args.repeat,
