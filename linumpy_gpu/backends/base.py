@@ -96,6 +96,7 @@ class Backend(ABC):
         staging: Any = None,
         placement: Any = None,
         sink: ChunkSink | None = None,
+        ahead: Any = None,
     ) -> list[Any]:
         """Decode a batch: for each chunk a 1-D uint8 array of ``fmt.nbytes`` bytes,
         :data:`PLACED` where it was decoded straight into the output (``placement``) or
@@ -103,7 +104,21 @@ class Backend(ABC):
         says why it could not be decoded (the others of the batch are still delivered).
         ``sink(i, chunk)`` places chunk ``i``; a backend that decodes chunks one by one
         calls it at once, while the chunk is still in cache, instead of holding the whole
-        batch decoded."""
+        batch decoded. ``ahead``: what :meth:`prepare` returned for this batch."""
+
+    def prepare(
+        self,
+        chunks: Sequence[EncodedChunk],
+        fmt: ChunkFormat,
+        array: str,
+        staging: Any = None,
+        placement: Any = None,
+    ) -> Any:
+        """Start on a fetched batch the work that needs nothing from the batches before it
+        (a device backend: copy its bytes to the device and check them). The engine calls
+        this on its fetch thread, while the previous batch decodes, and hands the result to
+        :meth:`decode` as ``ahead``. None: nothing was done ahead."""
+        return None
 
     def place_all(
         self,

@@ -110,6 +110,7 @@ class CpuBackend(Backend):
         staging: Any = None,
         placement: Any = None,
         sink: ChunkSink | None = None,
+        ahead: Any = None,
     ) -> list[Any]:
         def one(i: int) -> Any:
             key, data = chunks[i]

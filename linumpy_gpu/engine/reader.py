@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from linumpy_gpu import config
-from linumpy_gpu.backends.base import PLACED, Backend
+from linumpy_gpu.backends.base import PLACED, Backend, EncodedChunk
 from linumpy_gpu.core.assemble import chunk_array, fill, place
 from linumpy_gpu.core.layout import ArrayLayout, layout_of
 from linumpy_gpu.core.plan import ChunkPlan, ChunkTask, chunk_plan
@@ -72,6 +72,7 @@ class _Fetched:
     host_staging: Any = None  # the host-decoded chunks' bytes (kept until they are decoded)
     placement: Placement | None = None
     profile: dict[str, float] | None = None  # the read's stage timings
+    ahead: Any = None  # what the backend did ahead for this batch (Backend.prepare)
 
 
 class ChunkedArrayReader:
@@ -334,7 +335,7 @@ class ChunkedArrayReader:
                 t0 = time.perf_counter()
                 ahead.advance(fetching_to)
                 profile["read_ahead"] = profile.get("read_ahead", 0.0) + time.perf_counter() - t0
-            return self._fetch(*batch, profile)
+            return self._fetch(*batch, profile, ahead=True)
 
         def run(fetched: _Fetched) -> None:
             nonlocal n_batches
@@ -434,14 +435,32 @@ class ChunkedArrayReader:
         tasks: ChunkPlan,
         placement: Placement | None = None,
         profile: dict[str, float] | None = None,
+        ahead: bool = False,
     ) -> _Fetched:
+        """A batch's stored bytes; with ``ahead`` (on the fetch thread, while the previous
+        batch decodes), also what the backend can do with them before its turn to decode."""
         t0 = time.perf_counter()
         fetched = self._fetch_staged(tasks, placement.host if placement is not None else 0)
         fetched.placement = placement
         fetched.profile = profile
         self._learn_ratio(fetched)
+        t1 = time.perf_counter()
         if profile is not None:
-            profile["fetch"] += time.perf_counter() - t0
+            profile["fetch"] += t1 - t0
+        if ahead:
+            fmt = self.layout.chunk
+            assert fmt is not None, "only arrays the engine decodes are read in batches"
+            _, chunks, batch_placement = _decode_inputs(fetched)
+            try:
+                fetched.ahead = self.backend.prepare(
+                    chunks, fmt, self.name, fetched.staging, batch_placement
+                )
+            except BaseException:
+                self.memory.release_staging(fetched.staging)
+                self.memory.release_staging(fetched.host_staging)
+                raise
+            if profile is not None:
+                profile["ahead"] = profile.get("ahead", 0.0) + time.perf_counter() - t1
         return fetched
 
     def _learn_ratio(self, fetched: _Fetched) -> None:
@@ -669,22 +688,10 @@ class ChunkedArrayReader:
         layout = self.layout
         fmt = layout.chunk
         assert fmt is not None, "only arrays the engine decodes are read in batches"
-        present = [i for i, d in enumerate(fetched.data) if d is not None]
+        present, chunks, placement = _decode_inputs(fetched)
         profile = fetched.profile if fetched.profile is not None else _new_profile()
         t0 = time.perf_counter()
         try:
-            placement = fetched.placement
-            if placement is not None and len(present) != len(fetched.data):
-                host_from = len(fetched.data) - placement.host
-                placement = Placement(
-                    placement.buffer,
-                    [placement.direct[i] for i in present],
-                    placement.scratch,
-                    placement.spare,
-                    sum(i >= host_from for i in present),
-                    placement.wants_spare,
-                    placement.own,
-                )
             if placement is not None:
                 profile["host_chunks"] = profile.get("host_chunks", 0) + placement.host
 
@@ -694,12 +701,13 @@ class ChunkedArrayReader:
                     place(work, task.out_region, chunk, task.chunk_region)
 
             decoded = self.backend.decode(
-                [(fetched.keys[i], data) for i in present if (data := fetched.data[i]) is not None],
+                chunks,
                 fmt,
                 self.name,
                 staging=fetched.staging,
                 placement=placement,
                 sink=sink,
+                ahead=fetched.ahead,
             )
         finally:
             self.memory.release_staging(fetched.staging)
@@ -739,6 +747,28 @@ class ChunkedArrayReader:
         region = tuple(slice(a.start, a.stop, a.step) for a in sel.axes)
         host = np.asarray(self.array[region])
         work[...] = self.backend.from_any(host.astype(self.layout.dtype, copy=False))
+
+
+def _decode_inputs(
+    fetched: _Fetched,
+) -> tuple[list[int], list[EncodedChunk], Placement | None]:
+    """The chunks of a fetched batch that have stored bytes (their rows, and (key, bytes)
+    each) and the batch's placement narrowed to them."""
+    present = [i for i, d in enumerate(fetched.data) if d is not None]
+    chunks = [(fetched.keys[i], data) for i in present if (data := fetched.data[i]) is not None]
+    placement = fetched.placement
+    if placement is not None and len(present) != len(fetched.data):
+        host_from = len(fetched.data) - placement.host
+        placement = Placement(
+            placement.buffer,
+            [placement.direct[i] for i in present],
+            placement.scratch,
+            placement.spare,
+            sum(i >= host_from for i in present),
+            placement.wants_spare,
+            placement.own,
+        )
+    return present, chunks, placement
 
 
 class _Targets:

@@ -41,9 +41,11 @@ from linumpy_gpu.gpu.nvcomp import streams as stream_decoder
 from linumpy_gpu.gpu.nvcomp.lib import lz4_api, zstd_api
 from linumpy_gpu.gpu.nvcomp.zstd import (
     SLOT_ALIGN,
+    CheckedFrames,
     DecodedBatch,
     DeviceSlot,
     Workspace,
+    ZstdBatchCodec,
     codec_for_current_device,
     round_up,
 )
@@ -164,6 +166,9 @@ class GpuBackend(Backend, BatchMemory):
             region_scratch = min(REGION_SCRATCH_MAX, int(self.device.mem_info[1]) // 16)
         self.region_scratch = int(region_scratch)
         self._cpu = CpuBackend()
+        # the fetch thread's codec: copies and checks the next batch (:meth:`prepare`)
+        self._ahead: ZstdBatchCodec | None = None
+        self._ahead_lock = threading.Lock()
         self._host: Any = (
             host_decoder(self.device.id, self.host_threads) if self.host_threads else None
         )
@@ -448,6 +453,7 @@ class GpuBackend(Backend, BatchMemory):
         staging: Any = None,
         placement: Any = None,
         sink: ChunkSink | None = None,
+        ahead: Any = None,
     ) -> list[Any]:
         # chunks are placed by one kernel per batch (place_all), not one by one: no sink
         with self.device:
@@ -462,7 +468,7 @@ class GpuBackend(Backend, BatchMemory):
                     for i, (key, _) in enumerate(chunks)
                 ]
             if gpu_decodable(fmt):
-                return self._decode_zstd(chunks, fmt, array, staging, placement)
+                return self._decode_zstd(chunks, fmt, array, staging, placement, ahead)
             if streams_on_gpu(fmt):
                 return self._decode_streams(chunks, fmt, array, staging, placement)
             if self._host is not None:
@@ -504,6 +510,44 @@ class GpuBackend(Backend, BatchMemory):
                 staging.release()
         return _chunk_results(chunks, array, failures, targets, batch)
 
+    def prepare(
+        self,
+        chunks: Sequence[EncodedChunk],
+        fmt: ChunkFormat,
+        array: str,
+        staging: Any = None,
+        placement: Any = None,
+    ) -> CheckedFrames | None:
+        """zstd batches staged in pinned memory: the nvCOMP share copied to the device and
+        checked, in buffers of the batch's own. Not under ``memory="tight"``, nor for a
+        batch planned to decode its slots into its output (short of memory), and not
+        where the device is short of memory now (the decode then does it all)."""
+        if (
+            staging is None
+            or self.settings.memory == "tight"
+            or not gpu_decodable(fmt)
+            or placement is None
+            or placement.own is not None
+        ):
+            return None
+        frames, positions, _ = _zstd_frames(chunks, fmt, array)
+        split = self._device_share(positions, len(chunks), placement)
+        if not split:
+            return None
+        with self.device, self._ahead_lock:
+            if self._ahead is None:
+                self._ahead = ZstdBatchCodec()
+            try:
+                return self._ahead.check_ahead(frames[:split], fmt.nbytes, staging)
+            except self.xp.cuda.memory.OutOfMemoryError:
+                return None
+
+    def _device_share(self, positions: Sequence[int], n_chunks: int, placement: Any) -> int:
+        """How many of a batch's frames (at ``positions`` among its chunks) nvCOMP decodes:
+        all but the last ones the plan gave the host cores."""
+        host = placement.host if placement is not None and self._host is not None else 0
+        return int(np.searchsorted(np.asarray(positions, dtype=np.int64), n_chunks - host))
+
     def _decode_zstd(
         self,
         chunks: Sequence[EncodedChunk],
@@ -511,22 +555,9 @@ class GpuBackend(Backend, BatchMemory):
         array: str,
         staging: Any,
         placement: Any,
+        ahead: CheckedFrames | None = None,
     ) -> list[Any]:
-        frames: list[Any] = []
-        results: list[Any] = [None] * len(chunks)
-        positions = []
-        has_crc = fmt.codecs[-1].name == "crc32c"
-        for i, (key, data) in enumerate(chunks):
-            if has_crc:
-                try:
-                    stripped = crc32c.strip(data)
-                except CodecError as exc:
-                    results[i] = ChunkDecodeError(array, key, str(exc))
-                    continue
-            else:
-                stripped = data
-            positions.append(i)
-            frames.append(stripped)
+        frames, positions, results = _zstd_frames(chunks, fmt, array)
         targets = np.zeros(len(positions), dtype=np.uint64)
         workspace = Workspace()
         if placement is not None and placement.buffer is not None:
@@ -547,8 +578,7 @@ class GpuBackend(Backend, BatchMemory):
             workspace.add(spare.data.ptr, spare.nbytes, spare)
         # the batch's last chunks (as many as the plan gave the host) are decoded on host
         # cores while nvCOMP decodes the others
-        host = placement.host if placement is not None and self._host is not None else 0
-        split = int(np.searchsorted(np.asarray(positions, dtype=np.int64), len(chunks) - host))
+        split = self._device_share(positions, len(chunks), placement)
         decoding = self._host.decoding() if self._host is not None else contextlib.nullcontext()
         with decoding as turn:
             on_host: Any = self._submit_host(
@@ -562,14 +592,19 @@ class GpuBackend(Backend, BatchMemory):
                     if placement is not None and placement.own is not None:
                         start, stop = placement.own
                         own = (placement.buffer.data.ptr + start, stop - start, placement.buffer)
-                    batch = codec_for_current_device().decode_host(
-                        frames[:split],
-                        fmt.nbytes,
-                        staging,
-                        targets[:split],
-                        workspace,
-                        own,
-                    )
+                    if ahead is not None:
+                        batch = codec_for_current_device().decode_checked(
+                            ahead, fmt.nbytes, targets[:split], workspace
+                        )
+                    else:
+                        batch = codec_for_current_device().decode_host(
+                            frames[:split],
+                            fmt.nbytes,
+                            staging,
+                            targets[:split],
+                            workspace,
+                            own,
+                        )
                     if self._host is not None:
                         self._host.learn_gpu(fmt.nbytes, split, time.perf_counter() - t0, turn)
                 elif staging is not None:
@@ -685,6 +720,28 @@ class GpuBackend(Backend, BatchMemory):
             else:
                 out.append(d)
         return out
+
+
+def _zstd_frames(
+    chunks: Sequence[EncodedChunk], fmt: ChunkFormat, array: str
+) -> tuple[list[Any], list[int], list[Any]]:
+    """A batch's zstd frames (their crc32c cut off, where the chain has one), the position
+    of each among the chunks, and per chunk None or the error of a checksum that failed."""
+    frames: list[Any] = []
+    positions: list[int] = []
+    results: list[Any] = [None] * len(chunks)
+    has_crc = fmt.codecs[-1].name == "crc32c"
+    for i, (key, data) in enumerate(chunks):
+        frame = data
+        if has_crc:
+            try:
+                frame = crc32c.strip(data)
+            except CodecError as exc:
+                results[i] = ChunkDecodeError(array, key, str(exc))
+                continue
+        positions.append(i)
+        frames.append(frame)
+    return frames, positions, results
 
 
 def _chunk_results(

@@ -483,3 +483,45 @@ def test_chunks_placed_in_the_widest_unit_their_rows_allow(tmp_path, cp, monkeyp
             got = reader.read(region).get()
             np.testing.assert_array_equal(got, full[region], err_msg=f"{region} {blocks}")
             assert f"scatter_{unit}" in used, (region, used)
+
+
+@pytest.mark.parametrize("memory", ["auto", "tight"])
+def test_next_batch_is_checked_ahead_and_its_damage_named(tmp_path, cp, memory, monkeypatch):
+    """With memory to spare, each batch's frames go to the device and through the check
+    on the fetch thread while the batch before decodes; damage in such a batch is still
+    named with its key and filled past, and with memory="tight" nothing is done ahead."""
+    from linumpy_gpu.gpu.backend import GpuBackend
+    from linumpy_gpu.gpu.nvcomp.zstd import ZstdBatchCodec
+    from tests.gpu.damage_case import damage
+
+    data = volume(shape=(64, 32, 32))
+    root = tmp_path / "a.zarr"
+    write_zarr_variant(root, "v3-zstd-checksum", data, chunks=(8, 32, 32), missing_fraction=0)
+    chunk_bytes = 8 * 32 * 32 * 2
+    # one the check refuses before nvCOMP sees it, one only the decoded checksum catches
+    for key, case in [("c/5/0/0", "block-header-byte"), ("c/6/0/0", "checksum-byte")]:
+        path = root.joinpath(*key.split("/"))
+        path.write_bytes(damage(path.read_bytes(), case, chunk_bytes))
+    checked = []
+    check_ahead = ZstdBatchCodec.check_ahead
+
+    def spy(self, frames, nbytes, staging):
+        checked.append(len(frames))
+        return check_ahead(self, frames, nbytes, staging)
+
+    monkeypatch.setattr(ZstdBatchCodec, "check_ahead", spy)
+    backend = GpuBackend(0, host_threads=0, memory=memory)
+    # two chunks per batch: four batches
+    reader = ChunkedArrayReader(zarr.open_array(str(root)), backend, batch_bytes=2 * chunk_bytes)
+    with pytest.raises(lg.ChunkDecodeError) as info:
+        reader.read(())
+    assert "c/5/0/0" in info.value.key
+    checked.clear()
+    with pytest.warns(lg.DamagedChunkWarning, match="2 damaged"):
+        got = reader.read((), on_damaged="fill").get()
+    assert reader.last_profile["batches"] == 4
+    expected = data.copy()
+    expected[40:56] = 7
+    np.testing.assert_array_equal(got, expected)
+    assert checked == ([2, 2, 2, 2] if memory == "auto" else [])
+    np.testing.assert_array_equal(reader.read((slice(0, 40),)).get(), data[:40])

@@ -171,6 +171,21 @@ class Workspace:
             return cupy.empty(max(nbytes, 1), dtype=np.uint8)
 
 
+@dataclass
+class CheckedFrames:
+    """A batch's frames on the device, checked and ready for nvCOMP: every buffer is the
+    batch's own, and no work on them is still queued."""
+
+    comp: Any  # the frames, at ``comp + offsets``
+    offsets: np.ndarray
+    sizes: np.ndarray
+    temp: Any  # nvCOMP's workspace for their decode
+    temp_bytes: int
+    status: Any  # the check's verdicts (device) ...
+    stored: Any  # ... and stored checksums (device)
+    status_h: np.ndarray  # the verdicts on the host
+
+
 class ZstdBatchCodec:
     """nvCOMP zstd for one device, used from one thread (nvCOMP's rule)."""
 
@@ -248,19 +263,63 @@ class ZstdBatchCodec:
             slot_region=slot_region,
         )
 
-    def stage(
-        self, frames: Sequence[Any], staging: Any, workspace: Workspace
-    ) -> tuple[Any, np.ndarray, np.ndarray, Callable[[], None] | None]:
-        """Copy host frames to one device buffer on this stream, after the caller's work:
-        (buffer, offset of each frame in it, frame sizes, a callable giving the pinned
-        staging back once the device no longer reads it, or None). Frames in ``staging``
-        go one copy per arena; others are packed into this codec's pinned buffer first."""
-        sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
+    def check_ahead(self, frames: Sequence[Any], nbytes: int, staging: Any) -> CheckedFrames:
+        """Copy frames staged in pinned ``staging`` to device buffers of their own and check
+        them, waiting for the verdicts: the part of a decode that needs nothing from the
+        batches before it, done while they decode (:meth:`decode_checked`). The staging
+        goes back once this is done; on failure it is left to the caller's own decode."""
+        workspace = Workspace()  # nothing to carve: every buffer is this batch's own
+        n = len(frames)
+        # taken before the bytes are copied: short of memory, the staging is left as it was
+        temp_bytes = self.api.decompress_temp_bytes(n, nbytes, n * nbytes, self.stream.ptr)
+        temp = workspace.take(temp_bytes, self.stream)
+        comp, offsets, sizes, release = self.stage(frames, staging, workspace, after_caller=False)
+        status, stored, status_h = self._check_frames(
+            np.uint64(comp.data.ptr), offsets, sizes, nbytes, workspace.scratch(self.stream, temp)
+        )
+        if release is not None:
+            release()
+        return CheckedFrames(comp, offsets, sizes, temp, temp_bytes, status, stored, status_h)
+
+    def decode_checked(
+        self,
+        checked: CheckedFrames,
+        nbytes: int,
+        targets: np.ndarray | None = None,
+        workspace: Workspace | None = None,
+    ) -> DecodedBatch:
+        """Decode frames that :meth:`check_ahead` (of any thread's codec) copied and
+        checked; ``targets`` and ``workspace`` as for :meth:`decode_host`."""
+        # decoded chunks land in memory the caller's queued work may still read
         self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
+        return self._decode_checked(
+            checked.comp,
+            checked.offsets,
+            checked.sizes,
+            nbytes,
+            targets=targets,
+            workspace=workspace,
+            checked=checked,
+        )
+
+    def stage(
+        self, frames: Sequence[Any], staging: Any, workspace: Workspace, after_caller: bool = True
+    ) -> tuple[Any, np.ndarray, np.ndarray, Callable[[], None] | None]:
+        """Copy host frames to one device buffer on this stream (``after_caller``: after
+        the work queued on the caller's stream): (buffer, offset of each frame in it, frame
+        sizes, a callable giving the pinned staging back once the device no longer reads
+        it, or None). Frames in ``staging`` go one copy per arena, and the arenas go back
+        once copied (with ``after_caller=False``, only when the callable is called); other
+        frames are packed into this codec's pinned buffer first."""
+        sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
+        if after_caller:
+            self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
         where = staging.locate_all(frames) if staging is not None and frames else None
         if where is not None:
             arena_of, in_arena = where
-            comp, starts = staging.upload(lambda n: workspace.take(n, self.stream), self.stream)
+            comp, starts = staging.upload(
+                lambda n: workspace.take(n, self.stream), self.stream, release=after_caller
+            )
             offsets = (np.asarray(starts, dtype=np.int64)[arena_of] + in_arena).astype(np.uint64)
             return comp, offsets, sizes, staging.release
         padded = (sizes + np.uint64(SLOT_ALIGN - 1)) // np.uint64(SLOT_ALIGN)
@@ -342,9 +401,11 @@ class ZstdBatchCodec:
         workspace: Workspace | None = None,
         release: Callable[[], None] | None = None,
         slot_region: tuple[int, int, Any] | None = None,
+        checked: CheckedFrames | None = None,
     ) -> DecodedBatch:
         """Check, decode and verify the frames at ``comp + offsets``; ``release()`` gives
-        back the pinned staging they came from once they are no longer read there."""
+        back the pinned staging they came from once they are no longer read there.
+        ``checked``: the frames were checked already (:meth:`check_ahead`)."""
         cp = self.cupy
         workspace = workspace or Workspace()
         n = len(sizes)
@@ -365,14 +426,22 @@ class ZstdBatchCodec:
             ) * np.uint64(stride)
         if n == 0:
             return batch
-        # nvCOMP's workspace, sized for every frame, holds the check's scratch until the
-        # decode needs it
-        temp_bytes = self.api.decompress_temp_bytes(n, nbytes, n * nbytes, self.stream.ptr)
-        temp = workspace.take(temp_bytes, self.stream)
-        # waits for the verdicts: the decode set depends on them
-        status, stored, status_h = self._check_frames(
-            np.uint64(comp.data.ptr), offsets, sizes, nbytes, workspace.scratch(self.stream, temp)
-        )
+        if checked is not None:
+            temp, temp_bytes = checked.temp, checked.temp_bytes
+            status, stored, status_h = checked.status, checked.stored, checked.status_h
+        else:
+            # nvCOMP's workspace, sized for every frame, holds the check's scratch until the
+            # decode needs it
+            temp_bytes = self.api.decompress_temp_bytes(n, nbytes, n * nbytes, self.stream.ptr)
+            temp = workspace.take(temp_bytes, self.stream)
+            # waits for the verdicts: the decode set depends on them
+            status, stored, status_h = self._check_frames(
+                np.uint64(comp.data.ptr),
+                offsets,
+                sizes,
+                nbytes,
+                workspace.scratch(self.stream, temp),
+            )
         ok = np.flatnonzero((status_h == 0) | (status_h == 1))
         nv_status_h = np.zeros(n, dtype=np.int32)
         actual_h = np.full(n, nbytes, dtype=np.uint64)
