@@ -206,6 +206,12 @@ class BatchMemory:
         them, or None."""
         return None
 
+    def ahead_bytes(self, fmt: ChunkFormat, n: int, stored_fraction: float) -> int:
+        """Memory a batch of ``n`` chunks holds outside the read's buffer from the moment
+        :meth:`Backend.prepare` works on it until it is decoded (two batches at once hold
+        it: one decoding, the next prepared); 0 where nothing is done ahead."""
+        return 0
+
     def table_bytes(self, n_chunks: int) -> int:
         """Memory a batch of ``n_chunks`` holds outside the read's buffer (pointer, status and
         copy-job tables); the engine keeps it out of that buffer so the budget holds."""

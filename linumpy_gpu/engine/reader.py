@@ -407,13 +407,19 @@ class ChunkedArrayReader:
             return self.memory.scratch_pieces(fmt, n, n_direct, self._stored_fraction, min(n, host))
 
         budget = self.memory.scratch_budget(out_nbytes, whole_level, tight)
+        ahead = budget is None
         if budget is not None:
             # the read's own buffer is shared by its batches (separate buffers of varying
             # size per batch fragment the memory pool): as large as the budget, or as the
             # largest batch needs on its own if that is less
             largest = min(max_chunks(), len(tasks))
             budget = max(0, budget - self.memory.table_bytes(largest))
-            budget = min(budget, sum(scratch_pieces(largest, 0)) * 5 // 4)
+            need = sum(scratch_pieces(largest, 0)) * 5 // 4
+            # batches are prepared ahead only where the budget holds two of them besides
+            ahead = (
+                need + 2 * self.memory.ahead_bytes(fmt, largest, self._stored_fraction) <= budget
+            )
+            budget = min(budget, need)
         spare = None
         movable = self.memory.movable_slots(fmt) if fmt is not None else None
         for first, stop, placement in plan_batches(
@@ -423,6 +429,7 @@ class ChunkedArrayReader:
                 yield tasks[first:stop], None
                 continue
             placement.host = min(stop - first, host)
+            placement.ahead = ahead
             if placement.wants_spare:
                 if spare is None:
                     # planned to want the read's own buffer only where a budget exists
@@ -767,6 +774,7 @@ def _decode_inputs(
             sum(i >= host_from for i in present),
             placement.wants_spare,
             placement.own,
+            placement.ahead,
         )
     return present, chunks, placement
 

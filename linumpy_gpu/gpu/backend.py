@@ -35,7 +35,7 @@ from linumpy_gpu.gpu.copy_jobs import (
     widest_unit,
 )
 from linumpy_gpu.gpu.host_decode import DecodeInto, default_threads, host_decoder
-from linumpy_gpu.gpu.kernels import kernel
+from linumpy_gpu.gpu.kernels import kernel, zstd_check_scratch
 from linumpy_gpu.gpu.kvikio_source import KvikioFileSource, kvikio_available
 from linumpy_gpu.gpu.nvcomp import streams as stream_decoder
 from linumpy_gpu.gpu.nvcomp.lib import lz4_api, zstd_api
@@ -259,6 +259,14 @@ class GpuBackend(Backend, BatchMemory):
         slots = (on_gpu - direct_on_gpu) * stride
         temp = zstd_api().decompress_temp_bytes(on_gpu, fmt.nbytes, on_gpu * fmt.nbytes, 0)
         return (host_slots, stored, slots, round_up(temp, SLOT_ALIGN))
+
+    def ahead_bytes(self, fmt: ChunkFormat, n: int, stored_fraction: float) -> int:
+        """zstd: the stored bytes (:meth:`prepare` copies them to a buffer of their own) and
+        the check's scratch, for blocks of 128 KiB (zstd's largest)."""
+        if not fmt.codecs or not gpu_decodable(fmt):
+            return 0
+        stored = n * (round_up(int(fmt.nbytes * stored_fraction * 1.1), SLOT_ALIGN) + SLOT_ALIGN)
+        return stored + zstd_check_scratch(n * -(-fmt.nbytes // (128 << 10)))[1]
 
     def movable_slots(self, fmt: ChunkFormat) -> int | None:
         # nvCOMP's slots (third of scratch_pieces) decode in the batch's own output bytes
@@ -519,15 +527,15 @@ class GpuBackend(Backend, BatchMemory):
         placement: Any = None,
     ) -> CheckedFrames | None:
         """zstd batches staged in pinned memory: the nvCOMP share copied to the device and
-        checked, in buffers of the batch's own. Not under ``memory="tight"``, nor for a
-        batch planned to decode its slots into its output (short of memory), and not
-        where the device is short of memory now (the decode then does it all)."""
+        checked, in buffers of the batch's own (:meth:`ahead_bytes`). Only where the read's
+        budget holds them (``placement.ahead``), and not where the device is short of
+        memory now: the decode then does it all."""
         if (
             staging is None
-            or self.settings.memory == "tight"
-            or not gpu_decodable(fmt)
             or placement is None
+            or not placement.ahead
             or placement.own is not None
+            or not gpu_decodable(fmt)
         ):
             return None
         frames, positions, _ = _zstd_frames(chunks, fmt, array)

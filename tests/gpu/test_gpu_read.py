@@ -489,7 +489,8 @@ def test_chunks_placed_in_the_widest_unit_their_rows_allow(tmp_path, cp, monkeyp
 def test_next_batch_is_checked_ahead_and_its_damage_named(tmp_path, cp, memory, monkeypatch):
     """With memory to spare, each batch's frames go to the device and through the check
     on the fetch thread while the batch before decodes; damage in such a batch is still
-    named with its key and filled past, and with memory="tight" nothing is done ahead."""
+    named with its key and filled past. A budget that cannot hold two batches done ahead
+    (memory="tight" at a quarter of the output) gets nothing done ahead."""
     from linumpy_gpu.gpu.backend import GpuBackend
     from linumpy_gpu.gpu.nvcomp.zstd import ZstdBatchCodec
     from tests.gpu.damage_case import damage
@@ -510,7 +511,12 @@ def test_next_batch_is_checked_ahead_and_its_damage_named(tmp_path, cp, memory, 
         return check_ahead(self, frames, nbytes, staging)
 
     monkeypatch.setattr(ZstdBatchCodec, "check_ahead", spy)
-    backend = GpuBackend(0, host_threads=0, memory=memory)
+    if memory == "tight":
+        backend = GpuBackend(
+            0, host_threads=0, memory=memory, scratch_fraction=0.25, scratch_floor=0
+        )
+    else:
+        backend = GpuBackend(0, host_threads=0, memory=memory)
     # two chunks per batch: four batches
     reader = ChunkedArrayReader(zarr.open_array(str(root)), backend, batch_bytes=2 * chunk_bytes)
     with pytest.raises(lg.ChunkDecodeError) as info:
@@ -519,9 +525,12 @@ def test_next_batch_is_checked_ahead_and_its_damage_named(tmp_path, cp, memory, 
     checked.clear()
     with pytest.warns(lg.DamagedChunkWarning, match="2 damaged"):
         got = reader.read((), on_damaged="fill").get()
-    assert reader.last_profile["batches"] == 4
+    assert reader.last_profile["batches"] >= 4
     expected = data.copy()
     expected[40:56] = 7
     np.testing.assert_array_equal(got, expected)
-    assert checked == ([2, 2, 2, 2] if memory == "auto" else [])
+    if memory == "auto":
+        assert checked == [2, 2, 2, 2]
+    else:
+        assert checked == []
     np.testing.assert_array_equal(reader.read((slice(0, 40),)).get(), data[:40])

@@ -173,14 +173,12 @@ class Workspace:
 
 @dataclass
 class CheckedFrames:
-    """A batch's frames on the device, checked and ready for nvCOMP: every buffer is the
-    batch's own, and no work on them is still queued."""
+    """A batch's frames on the device, checked and ready for nvCOMP, in buffers of the
+    batch's own on which no work is still queued."""
 
     comp: Any  # the frames, at ``comp + offsets``
     offsets: np.ndarray
     sizes: np.ndarray
-    temp: Any  # nvCOMP's workspace for their decode
-    temp_bytes: int
     status: Any  # the check's verdicts (device) ...
     stored: Any  # ... and stored checksums (device)
     status_h: np.ndarray  # the verdicts on the host
@@ -264,22 +262,18 @@ class ZstdBatchCodec:
         )
 
     def check_ahead(self, frames: Sequence[Any], nbytes: int, staging: Any) -> CheckedFrames:
-        """Copy frames staged in pinned ``staging`` to device buffers of their own and check
+        """Copy frames staged in pinned ``staging`` to a device buffer of their own and check
         them, waiting for the verdicts: the part of a decode that needs nothing from the
         batches before it, done while they decode (:meth:`decode_checked`). The staging
-        goes back once this is done; on failure it is left to the caller's own decode."""
-        workspace = Workspace()  # nothing to carve: every buffer is this batch's own
-        n = len(frames)
-        # taken before the bytes are copied: short of memory, the staging is left as it was
-        temp_bytes = self.api.decompress_temp_bytes(n, nbytes, n * nbytes, self.stream.ptr)
-        temp = workspace.take(temp_bytes, self.stream)
-        comp, offsets, sizes, release = self.stage(frames, staging, workspace, after_caller=False)
+        goes back once this is done; on failure (e.g. short of memory) it is left as it
+        was, for the caller's own decode."""
+        comp, offsets, sizes, release = self.stage(frames, staging, Workspace(), after_caller=False)
         status, stored, status_h = self._check_frames(
-            np.uint64(comp.data.ptr), offsets, sizes, nbytes, workspace.scratch(self.stream, temp)
+            np.uint64(comp.data.ptr), offsets, sizes, nbytes
         )
         if release is not None:
             release()
-        return CheckedFrames(comp, offsets, sizes, temp, temp_bytes, status, stored, status_h)
+        return CheckedFrames(comp, offsets, sizes, status, stored, status_h)
 
     def decode_checked(
         self,
@@ -426,15 +420,13 @@ class ZstdBatchCodec:
             ) * np.uint64(stride)
         if n == 0:
             return batch
+        temp_bytes = self.api.decompress_temp_bytes(n, nbytes, n * nbytes, self.stream.ptr)
+        temp = workspace.take(temp_bytes, self.stream)
         if checked is not None:
-            temp, temp_bytes = checked.temp, checked.temp_bytes
             status, stored, status_h = checked.status, checked.stored, checked.status_h
         else:
             # nvCOMP's workspace, sized for every frame, holds the check's scratch until the
-            # decode needs it
-            temp_bytes = self.api.decompress_temp_bytes(n, nbytes, n * nbytes, self.stream.ptr)
-            temp = workspace.take(temp_bytes, self.stream)
-            # waits for the verdicts: the decode set depends on them
+            # decode needs it; waits for the verdicts: the decode set depends on them
             status, stored, status_h = self._check_frames(
                 np.uint64(comp.data.ptr),
                 offsets,
