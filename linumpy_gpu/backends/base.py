@@ -113,11 +113,14 @@ class Backend(ABC):
         array: str,
         staging: Any = None,
         placement: Any = None,
+        keep_going: Callable[[], bool] | None = None,
     ) -> Any:
         """Start on a fetched batch the work that needs nothing from the batches before it
         (a device backend: copy its bytes to the device and check them). The engine calls
-        this on its fetch thread, while the previous batch decodes, and hands the result to
-        :meth:`decode` as ``ahead``. None: nothing was done ahead."""
+        this on its fetch thread while the previous batch decodes, and hands the result to
+        :meth:`decode` as ``ahead``; between steps, ``keep_going()`` turns false once the
+        decoder waits for this batch (what is left, the decode does). None: nothing was
+        done ahead."""
         return None
 
     def place_all(

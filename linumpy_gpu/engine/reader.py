@@ -11,7 +11,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -335,12 +335,19 @@ class ChunkedArrayReader:
                 t0 = time.perf_counter()
                 ahead.advance(fetching_to)
                 profile["read_ahead"] = profile.get("read_ahead", 0.0) + time.perf_counter() - t0
-            return self._fetch(*batch, profile, ahead=True)
+            return self._fetch(*batch, profile, ahead=decoding.is_set)
+
+        # set while this thread decodes: the fetch thread prepares the next batch only then
+        decoding = threading.Event()
 
         def run(fetched: _Fetched) -> None:
             nonlocal n_batches
             n_batches += 1
-            damaged.extend(self._decode_and_place(fetched, targets, on_damaged))
+            decoding.set()
+            try:
+                damaged.extend(self._decode_and_place(fetched, targets, on_damaged))
+            finally:
+                decoding.clear()
             if progress is not None:
                 progress.update(len(fetched.tasks))
 
@@ -442,10 +449,11 @@ class ChunkedArrayReader:
         tasks: ChunkPlan,
         placement: Placement | None = None,
         profile: dict[str, float] | None = None,
-        ahead: bool = False,
+        ahead: Callable[[], bool] | None = None,
     ) -> _Fetched:
-        """A batch's stored bytes; with ``ahead`` (on the fetch thread, while the previous
-        batch decodes), also what the backend can do with them before its turn to decode."""
+        """A batch's stored bytes; with ``ahead`` (on the fetch thread), also what the
+        backend can do with them before their turn to decode, for as long as ``ahead()``
+        says the previous batch still decodes (the work is shared, whoever is free)."""
         t0 = time.perf_counter()
         fetched = self._fetch_staged(tasks, placement.host if placement is not None else 0)
         fetched.placement = placement
@@ -454,13 +462,13 @@ class ChunkedArrayReader:
         t1 = time.perf_counter()
         if profile is not None:
             profile["fetch"] += t1 - t0
-        if ahead:
+        if ahead is not None and ahead():
             fmt = self.layout.chunk
             assert fmt is not None, "only arrays the engine decodes are read in batches"
             _, chunks, batch_placement = _decode_inputs(fetched)
             try:
                 fetched.ahead = self.backend.prepare(
-                    chunks, fmt, self.name, fetched.staging, batch_placement
+                    chunks, fmt, self.name, fetched.staging, batch_placement, ahead
                 )
             except BaseException:
                 self.memory.release_staging(fetched.staging)

@@ -7,7 +7,7 @@ import ctypes
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -525,11 +525,13 @@ class GpuBackend(Backend, BatchMemory):
         array: str,
         staging: Any = None,
         placement: Any = None,
+        keep_going: Callable[[], bool] | None = None,
     ) -> CheckedFrames | None:
         """zstd batches staged in pinned memory: the nvCOMP share copied to the device and
-        checked, in buffers of the batch's own (:meth:`ahead_bytes`). Only where the read's
-        budget holds them (``placement.ahead``), and not where the device is short of
-        memory now: the decode then does it all."""
+        checked, in buffers of the batch's own (:meth:`ahead_bytes`); the check only if
+        ``keep_going()`` still says so once the copy is done. Only where the read's budget
+        holds them (``placement.ahead``), and not where the device is short of memory now:
+        the decode then does it all."""
         if (
             staging is None
             or placement is None
@@ -546,7 +548,7 @@ class GpuBackend(Backend, BatchMemory):
             if self._ahead is None:
                 self._ahead = ZstdBatchCodec()
             try:
-                return self._ahead.check_ahead(frames[:split], fmt.nbytes, staging)
+                return self._ahead.check_ahead(frames[:split], fmt.nbytes, staging, keep_going)
             except self.xp.cuda.memory.OutOfMemoryError:
                 return None
 

@@ -485,12 +485,14 @@ def test_chunks_placed_in_the_widest_unit_their_rows_allow(tmp_path, cp, monkeyp
             assert f"scatter_{unit}" in used, (region, used)
 
 
-@pytest.mark.parametrize("memory", ["auto", "tight"])
-def test_next_batch_is_checked_ahead_and_its_damage_named(tmp_path, cp, memory, monkeypatch):
-    """With memory to spare, each batch's frames go to the device and through the check
-    on the fetch thread while the batch before decodes; damage in such a batch is still
-    named with its key and filled past. A budget that cannot hold two batches done ahead
+@pytest.mark.parametrize("mode", ["copied and checked", "copied", "tight"])
+def test_batches_prepared_ahead_decode_and_name_their_damage(tmp_path, cp, mode, monkeypatch):
+    """A batch whose frames went to the device (and through the check) on the fetch thread
+    decodes equal, its damage named with its key and filled past, whether the check ran
+    ahead or was left to the decode. A budget that cannot hold two batches done ahead
     (memory="tight" at a quarter of the output) gets nothing done ahead."""
+    import itertools
+
     from linumpy_gpu.gpu.backend import GpuBackend
     from linumpy_gpu.gpu.nvcomp.zstd import ZstdBatchCodec
     from tests.gpu.damage_case import damage
@@ -503,34 +505,44 @@ def test_next_batch_is_checked_ahead_and_its_damage_named(tmp_path, cp, memory, 
     for key, case in [("c/5/0/0", "block-header-byte"), ("c/6/0/0", "checksum-byte")]:
         path = root.joinpath(*key.split("/"))
         path.write_bytes(damage(path.read_bytes(), case, chunk_bytes))
-    checked = []
+    prepared = []
     check_ahead = ZstdBatchCodec.check_ahead
 
-    def spy(self, frames, nbytes, staging):
-        checked.append(len(frames))
-        return check_ahead(self, frames, nbytes, staging)
+    def spy(self, frames, nbytes, staging, keep_going=None):
+        checked = check_ahead(self, frames, nbytes, staging, keep_going)
+        prepared.append((len(frames), checked.verdicts is not None))
+        return checked
 
     monkeypatch.setattr(ZstdBatchCodec, "check_ahead", spy)
-    if memory == "tight":
+    if mode == "tight":
         backend = GpuBackend(
-            0, host_threads=0, memory=memory, scratch_fraction=0.25, scratch_floor=0
+            0, host_threads=0, memory="tight", scratch_fraction=0.25, scratch_floor=0
         )
     else:
-        backend = GpuBackend(0, host_threads=0, memory=memory)
+        backend = GpuBackend(0, host_threads=0)
     # two chunks per batch: four batches
     reader = ChunkedArrayReader(zarr.open_array(str(root)), backend, batch_bytes=2 * chunk_bytes)
+    fetch = reader._fetch
+
+    def every_batch_while_decoding(tasks, placement=None, profile=None, ahead=None):
+        # as if each batch were fetched while the one before decodes: "copied" stops after
+        # the copy, as when the decoder turns to the batch before its check
+        answers = itertools.chain([True], itertools.repeat(mode == "copied and checked"))
+        return fetch(tasks, placement, profile, ahead=lambda: next(answers))
+
+    monkeypatch.setattr(reader, "_fetch", every_batch_while_decoding)
     with pytest.raises(lg.ChunkDecodeError) as info:
         reader.read(())
     assert "c/5/0/0" in info.value.key
-    checked.clear()
+    prepared.clear()
     with pytest.warns(lg.DamagedChunkWarning, match="2 damaged"):
         got = reader.read((), on_damaged="fill").get()
     assert reader.last_profile["batches"] >= 4
     expected = data.copy()
     expected[40:56] = 7
     np.testing.assert_array_equal(got, expected)
-    if memory == "auto":
-        assert checked == [2, 2, 2, 2]
+    if mode == "tight":
+        assert prepared == []
     else:
-        assert checked == []
+        assert prepared == [(2, mode == "copied and checked")] * 4
     np.testing.assert_array_equal(reader.read((slice(0, 40),)).get(), data[:40])

@@ -173,15 +173,14 @@ class Workspace:
 
 @dataclass
 class CheckedFrames:
-    """A batch's frames on the device, checked and ready for nvCOMP, in buffers of the
-    batch's own on which no work is still queued."""
+    """A batch's frames on the device ahead of their decode, in a buffer of the batch's
+    own on which no work is still queued; checked, where there was time."""
 
     comp: Any  # the frames, at ``comp + offsets``
     offsets: np.ndarray
     sizes: np.ndarray
-    status: Any  # the check's verdicts (device) ...
-    stored: Any  # ... and stored checksums (device)
-    status_h: np.ndarray  # the verdicts on the host
+    # the check's verdicts and stored checksums on the device, and the verdicts on the host
+    verdicts: tuple[Any, Any, np.ndarray] | None = None
 
 
 class ZstdBatchCodec:
@@ -261,19 +260,26 @@ class ZstdBatchCodec:
             slot_region=slot_region,
         )
 
-    def check_ahead(self, frames: Sequence[Any], nbytes: int, staging: Any) -> CheckedFrames:
-        """Copy frames staged in pinned ``staging`` to a device buffer of their own and check
-        them, waiting for the verdicts: the part of a decode that needs nothing from the
-        batches before it, done while they decode (:meth:`decode_checked`). The staging
-        goes back once this is done; on failure (e.g. short of memory) it is left as it
-        was, for the caller's own decode."""
+    def check_ahead(
+        self,
+        frames: Sequence[Any],
+        nbytes: int,
+        staging: Any,
+        keep_going: Callable[[], bool] | None = None,
+    ) -> CheckedFrames:
+        """Copy frames staged in pinned ``staging`` to a device buffer of their own, then,
+        unless ``keep_going()`` says to stop there, check them and wait for the verdicts:
+        the part of a decode that needs nothing from the batches before it, done while
+        they decode (:meth:`decode_checked`). The staging goes back once the frames are on
+        the device; on failure (e.g. short of memory) it is left as it was, for the
+        caller's own decode."""
         comp, offsets, sizes, release = self.stage(frames, staging, Workspace(), after_caller=False)
-        status, stored, status_h = self._check_frames(
-            np.uint64(comp.data.ptr), offsets, sizes, nbytes
-        )
         if release is not None:
             release()
-        return CheckedFrames(comp, offsets, sizes, status, stored, status_h)
+        checked = CheckedFrames(comp, offsets, sizes)
+        if keep_going is None or keep_going():
+            checked.verdicts = self._check_frames(np.uint64(comp.data.ptr), offsets, sizes, nbytes)
+        return checked
 
     def decode_checked(
         self,
@@ -282,8 +288,9 @@ class ZstdBatchCodec:
         targets: np.ndarray | None = None,
         workspace: Workspace | None = None,
     ) -> DecodedBatch:
-        """Decode frames that :meth:`check_ahead` (of any thread's codec) copied and
-        checked; ``targets`` and ``workspace`` as for :meth:`decode_host`."""
+        """Decode frames that :meth:`check_ahead` (of any thread's codec) copied to the
+        device, checking them first where it did not; ``targets`` and ``workspace`` as for
+        :meth:`decode_host`."""
         # decoded chunks land in memory the caller's queued work may still read
         self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
         return self._decode_checked(
@@ -399,7 +406,7 @@ class ZstdBatchCodec:
     ) -> DecodedBatch:
         """Check, decode and verify the frames at ``comp + offsets``; ``release()`` gives
         back the pinned staging they came from once they are no longer read there.
-        ``checked``: the frames were checked already (:meth:`check_ahead`)."""
+        ``checked``: the frames were copied, and maybe checked, by :meth:`check_ahead`."""
         cp = self.cupy
         workspace = workspace or Workspace()
         n = len(sizes)
@@ -422,8 +429,8 @@ class ZstdBatchCodec:
             return batch
         temp_bytes = self.api.decompress_temp_bytes(n, nbytes, n * nbytes, self.stream.ptr)
         temp = workspace.take(temp_bytes, self.stream)
-        if checked is not None:
-            status, stored, status_h = checked.status, checked.stored, checked.status_h
+        if checked is not None and checked.verdicts is not None:
+            status, stored, status_h = checked.verdicts
         else:
             # nvCOMP's workspace, sized for every frame, holds the check's scratch until the
             # decode needs it; waits for the verdicts: the decode set depends on them
