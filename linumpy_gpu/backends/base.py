@@ -96,7 +96,6 @@ class Backend(ABC):
         staging: Any = None,
         placement: Any = None,
         sink: ChunkSink | None = None,
-        ahead: Any = None,
     ) -> list[Any]:
         """Decode a batch: for each chunk a 1-D uint8 array of ``fmt.nbytes`` bytes,
         :data:`PLACED` where it was decoded straight into the output (``placement``) or
@@ -104,24 +103,7 @@ class Backend(ABC):
         says why it could not be decoded (the others of the batch are still delivered).
         ``sink(i, chunk)`` places chunk ``i``; a backend that decodes chunks one by one
         calls it at once, while the chunk is still in cache, instead of holding the whole
-        batch decoded. ``ahead``: what :meth:`prepare` returned for this batch."""
-
-    def prepare(
-        self,
-        chunks: Sequence[EncodedChunk],
-        fmt: ChunkFormat,
-        array: str,
-        staging: Any = None,
-        placement: Any = None,
-        keep_going: Callable[[], bool] | None = None,
-    ) -> Any:
-        """Start on a fetched batch the work that needs nothing from the batches before it
-        (a device backend: copy its bytes to the device and check them). The engine calls
-        this on its fetch thread while the previous batch decodes, and hands the result to
-        :meth:`decode` as ``ahead``; between steps, ``keep_going()`` turns false once the
-        decoder waits for this batch (what is left, the decode does). None: nothing was
-        done ahead."""
-        return None
+        batch decoded."""
 
     def place_all(
         self,
@@ -208,12 +190,6 @@ class BatchMemory:
         into the batch's own output bytes (``Placement.own``) and move out before placing
         them, or None."""
         return None
-
-    def ahead_bytes(self, fmt: ChunkFormat, n: int, stored_fraction: float) -> int:
-        """Memory a batch of ``n`` chunks holds outside the read's buffer from the moment
-        :meth:`Backend.prepare` works on it until it is decoded (two batches at once hold
-        it: one decoding, the next prepared); 0 where nothing is done ahead."""
-        return 0
 
     def table_bytes(self, n_chunks: int) -> int:
         """Memory a batch of ``n_chunks`` holds outside the read's buffer (pointer, status and

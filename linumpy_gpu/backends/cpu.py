@@ -110,7 +110,6 @@ class CpuBackend(Backend):
         staging: Any = None,
         placement: Any = None,
         sink: ChunkSink | None = None,
-        ahead: Any = None,
     ) -> list[Any]:
         def one(i: int) -> Any:
             key, data = chunks[i]

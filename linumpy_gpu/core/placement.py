@@ -24,9 +24,6 @@ class Placement:
     # [start, stop) bytes of ``buffer`` that this batch writes and no earlier batch did: its
     # slots may decode there, if the decoder moves them out before placing them
     own: tuple[int, int] | None = None
-    # the read's budget holds what the backend does for this batch ahead, on the fetch
-    # thread, in memory of the batch's own (Backend.prepare, BatchMemory.ahead_bytes)
-    ahead: bool = False
 
 
 def best_fit(rooms: Sequence[int], nbytes: int) -> int | None:

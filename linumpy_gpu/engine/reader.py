@@ -11,7 +11,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from linumpy_gpu import config
-from linumpy_gpu.backends.base import PLACED, Backend, EncodedChunk
+from linumpy_gpu.backends.base import PLACED, Backend
 from linumpy_gpu.core.assemble import chunk_array, fill, place
 from linumpy_gpu.core.layout import ArrayLayout, layout_of
 from linumpy_gpu.core.plan import ChunkPlan, ChunkTask, chunk_plan
@@ -72,7 +72,6 @@ class _Fetched:
     host_staging: Any = None  # the host-decoded chunks' bytes (kept until they are decoded)
     placement: Placement | None = None
     profile: dict[str, float] | None = None  # the read's stage timings
-    ahead: Any = None  # what the backend did ahead for this batch (Backend.prepare)
 
 
 class ChunkedArrayReader:
@@ -335,19 +334,12 @@ class ChunkedArrayReader:
                 t0 = time.perf_counter()
                 ahead.advance(fetching_to)
                 profile["read_ahead"] = profile.get("read_ahead", 0.0) + time.perf_counter() - t0
-            return self._fetch(*batch, profile, ahead=decoding.is_set)
-
-        # set while this thread decodes: the fetch thread prepares the next batch only then
-        decoding = threading.Event()
+            return self._fetch(*batch, profile)
 
         def run(fetched: _Fetched) -> None:
             nonlocal n_batches
             n_batches += 1
-            decoding.set()
-            try:
-                damaged.extend(self._decode_and_place(fetched, targets, on_damaged))
-            finally:
-                decoding.clear()
+            damaged.extend(self._decode_and_place(fetched, targets, on_damaged))
             if progress is not None:
                 progress.update(len(fetched.tasks))
 
@@ -414,19 +406,13 @@ class ChunkedArrayReader:
             return self.memory.scratch_pieces(fmt, n, n_direct, self._stored_fraction, min(n, host))
 
         budget = self.memory.scratch_budget(out_nbytes, whole_level, tight)
-        ahead = budget is None
         if budget is not None:
             # the read's own buffer is shared by its batches (separate buffers of varying
             # size per batch fragment the memory pool): as large as the budget, or as the
             # largest batch needs on its own if that is less
             largest = min(max_chunks(), len(tasks))
             budget = max(0, budget - self.memory.table_bytes(largest))
-            need = sum(scratch_pieces(largest, 0)) * 5 // 4
-            # batches are prepared ahead only where the budget holds two of them besides
-            ahead = (
-                need + 2 * self.memory.ahead_bytes(fmt, largest, self._stored_fraction) <= budget
-            )
-            budget = min(budget, need)
+            budget = min(budget, sum(scratch_pieces(largest, 0)) * 5 // 4)
         spare = None
         movable = self.memory.movable_slots(fmt) if fmt is not None else None
         for first, stop, placement in plan_batches(
@@ -436,7 +422,6 @@ class ChunkedArrayReader:
                 yield tasks[first:stop], None
                 continue
             placement.host = min(stop - first, host)
-            placement.ahead = ahead
             if placement.wants_spare:
                 if spare is None:
                     # planned to want the read's own buffer only where a budget exists
@@ -449,33 +434,14 @@ class ChunkedArrayReader:
         tasks: ChunkPlan,
         placement: Placement | None = None,
         profile: dict[str, float] | None = None,
-        ahead: Callable[[], bool] | None = None,
     ) -> _Fetched:
-        """A batch's stored bytes; with ``ahead`` (on the fetch thread), also what the
-        backend can do with them before their turn to decode, for as long as ``ahead()``
-        says the previous batch still decodes (the work is shared, whoever is free)."""
         t0 = time.perf_counter()
         fetched = self._fetch_staged(tasks, placement.host if placement is not None else 0)
         fetched.placement = placement
         fetched.profile = profile
         self._learn_ratio(fetched)
-        t1 = time.perf_counter()
         if profile is not None:
-            profile["fetch"] += t1 - t0
-        if ahead is not None and ahead():
-            fmt = self.layout.chunk
-            assert fmt is not None, "only arrays the engine decodes are read in batches"
-            _, chunks, batch_placement = _decode_inputs(fetched)
-            try:
-                fetched.ahead = self.backend.prepare(
-                    chunks, fmt, self.name, fetched.staging, batch_placement, ahead
-                )
-            except BaseException:
-                self.memory.release_staging(fetched.staging)
-                self.memory.release_staging(fetched.host_staging)
-                raise
-            if profile is not None:
-                profile["ahead"] = profile.get("ahead", 0.0) + time.perf_counter() - t1
+            profile["fetch"] += time.perf_counter() - t0
         return fetched
 
     def _learn_ratio(self, fetched: _Fetched) -> None:
@@ -703,10 +669,22 @@ class ChunkedArrayReader:
         layout = self.layout
         fmt = layout.chunk
         assert fmt is not None, "only arrays the engine decodes are read in batches"
-        present, chunks, placement = _decode_inputs(fetched)
+        present = [i for i, d in enumerate(fetched.data) if d is not None]
         profile = fetched.profile if fetched.profile is not None else _new_profile()
         t0 = time.perf_counter()
         try:
+            placement = fetched.placement
+            if placement is not None and len(present) != len(fetched.data):
+                host_from = len(fetched.data) - placement.host
+                placement = Placement(
+                    placement.buffer,
+                    [placement.direct[i] for i in present],
+                    placement.scratch,
+                    placement.spare,
+                    sum(i >= host_from for i in present),
+                    placement.wants_spare,
+                    placement.own,
+                )
             if placement is not None:
                 profile["host_chunks"] = profile.get("host_chunks", 0) + placement.host
 
@@ -716,13 +694,12 @@ class ChunkedArrayReader:
                     place(work, task.out_region, chunk, task.chunk_region)
 
             decoded = self.backend.decode(
-                chunks,
+                [(fetched.keys[i], data) for i in present if (data := fetched.data[i]) is not None],
                 fmt,
                 self.name,
                 staging=fetched.staging,
                 placement=placement,
                 sink=sink,
-                ahead=fetched.ahead,
             )
         finally:
             self.memory.release_staging(fetched.staging)
@@ -762,29 +739,6 @@ class ChunkedArrayReader:
         region = tuple(slice(a.start, a.stop, a.step) for a in sel.axes)
         host = np.asarray(self.array[region])
         work[...] = self.backend.from_any(host.astype(self.layout.dtype, copy=False))
-
-
-def _decode_inputs(
-    fetched: _Fetched,
-) -> tuple[list[int], list[EncodedChunk], Placement | None]:
-    """The chunks of a fetched batch that have stored bytes (their rows, and (key, bytes)
-    each) and the batch's placement narrowed to them."""
-    present = [i for i, d in enumerate(fetched.data) if d is not None]
-    chunks = [(fetched.keys[i], data) for i in present if (data := fetched.data[i]) is not None]
-    placement = fetched.placement
-    if placement is not None and len(present) != len(fetched.data):
-        host_from = len(fetched.data) - placement.host
-        placement = Placement(
-            placement.buffer,
-            [placement.direct[i] for i in present],
-            placement.scratch,
-            placement.spare,
-            sum(i >= host_from for i in present),
-            placement.wants_spare,
-            placement.own,
-            placement.ahead,
-        )
-    return present, chunks, placement
 
 
 class _Targets:

@@ -7,7 +7,7 @@ import ctypes
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -35,17 +35,15 @@ from linumpy_gpu.gpu.copy_jobs import (
     widest_unit,
 )
 from linumpy_gpu.gpu.host_decode import DecodeInto, default_threads, host_decoder
-from linumpy_gpu.gpu.kernels import kernel, zstd_check_scratch
+from linumpy_gpu.gpu.kernels import kernel
 from linumpy_gpu.gpu.kvikio_source import KvikioFileSource, kvikio_available
 from linumpy_gpu.gpu.nvcomp import streams as stream_decoder
 from linumpy_gpu.gpu.nvcomp.lib import lz4_api, zstd_api
 from linumpy_gpu.gpu.nvcomp.zstd import (
     SLOT_ALIGN,
-    CheckedFrames,
     DecodedBatch,
     DeviceSlot,
     Workspace,
-    ZstdBatchCodec,
     codec_for_current_device,
     round_up,
 )
@@ -166,9 +164,6 @@ class GpuBackend(Backend, BatchMemory):
             region_scratch = min(REGION_SCRATCH_MAX, int(self.device.mem_info[1]) // 16)
         self.region_scratch = int(region_scratch)
         self._cpu = CpuBackend()
-        # the fetch thread's codec: copies and checks the next batch (:meth:`prepare`)
-        self._ahead: ZstdBatchCodec | None = None
-        self._ahead_lock = threading.Lock()
         self._host: Any = (
             host_decoder(self.device.id, self.host_threads) if self.host_threads else None
         )
@@ -259,14 +254,6 @@ class GpuBackend(Backend, BatchMemory):
         slots = (on_gpu - direct_on_gpu) * stride
         temp = zstd_api().decompress_temp_bytes(on_gpu, fmt.nbytes, on_gpu * fmt.nbytes, 0)
         return (host_slots, stored, slots, round_up(temp, SLOT_ALIGN))
-
-    def ahead_bytes(self, fmt: ChunkFormat, n: int, stored_fraction: float) -> int:
-        """zstd: the stored bytes (:meth:`prepare` copies them to a buffer of their own) and
-        the check's scratch, for blocks of 128 KiB (zstd's largest)."""
-        if not fmt.codecs or not gpu_decodable(fmt):
-            return 0
-        stored = n * (round_up(int(fmt.nbytes * stored_fraction * 1.1), SLOT_ALIGN) + SLOT_ALIGN)
-        return stored + zstd_check_scratch(n * -(-fmt.nbytes // (128 << 10)))[1]
 
     def movable_slots(self, fmt: ChunkFormat) -> int | None:
         # nvCOMP's slots (third of scratch_pieces) decode in the batch's own output bytes
@@ -461,7 +448,6 @@ class GpuBackend(Backend, BatchMemory):
         staging: Any = None,
         placement: Any = None,
         sink: ChunkSink | None = None,
-        ahead: Any = None,
     ) -> list[Any]:
         # chunks are placed by one kernel per batch (place_all), not one by one: no sink
         with self.device:
@@ -476,7 +462,7 @@ class GpuBackend(Backend, BatchMemory):
                     for i, (key, _) in enumerate(chunks)
                 ]
             if gpu_decodable(fmt):
-                return self._decode_zstd(chunks, fmt, array, staging, placement, ahead)
+                return self._decode_zstd(chunks, fmt, array, staging, placement)
             if streams_on_gpu(fmt):
                 return self._decode_streams(chunks, fmt, array, staging, placement)
             if self._host is not None:
@@ -518,46 +504,6 @@ class GpuBackend(Backend, BatchMemory):
                 staging.release()
         return _chunk_results(chunks, array, failures, targets, batch)
 
-    def prepare(
-        self,
-        chunks: Sequence[EncodedChunk],
-        fmt: ChunkFormat,
-        array: str,
-        staging: Any = None,
-        placement: Any = None,
-        keep_going: Callable[[], bool] | None = None,
-    ) -> CheckedFrames | None:
-        """zstd batches staged in pinned memory: the nvCOMP share copied to the device and
-        checked, in buffers of the batch's own (:meth:`ahead_bytes`); the check only if
-        ``keep_going()`` still says so once the copy is done. Only where the read's budget
-        holds them (``placement.ahead``), and not where the device is short of memory now:
-        the decode then does it all."""
-        if (
-            staging is None
-            or placement is None
-            or not placement.ahead
-            or placement.own is not None
-            or not gpu_decodable(fmt)
-        ):
-            return None
-        frames, positions, _ = _zstd_frames(chunks, fmt, array)
-        split = self._device_share(positions, len(chunks), placement)
-        if not split:
-            return None
-        with self.device, self._ahead_lock:
-            if self._ahead is None:
-                self._ahead = ZstdBatchCodec()
-            try:
-                return self._ahead.check_ahead(frames[:split], fmt.nbytes, staging, keep_going)
-            except self.xp.cuda.memory.OutOfMemoryError:
-                return None
-
-    def _device_share(self, positions: Sequence[int], n_chunks: int, placement: Any) -> int:
-        """How many of a batch's frames (at ``positions`` among its chunks) nvCOMP decodes:
-        all but the last ones the plan gave the host cores."""
-        host = placement.host if placement is not None and self._host is not None else 0
-        return int(np.searchsorted(np.asarray(positions, dtype=np.int64), n_chunks - host))
-
     def _decode_zstd(
         self,
         chunks: Sequence[EncodedChunk],
@@ -565,9 +511,22 @@ class GpuBackend(Backend, BatchMemory):
         array: str,
         staging: Any,
         placement: Any,
-        ahead: CheckedFrames | None = None,
     ) -> list[Any]:
-        frames, positions, results = _zstd_frames(chunks, fmt, array)
+        frames: list[Any] = []
+        results: list[Any] = [None] * len(chunks)
+        positions = []
+        has_crc = fmt.codecs[-1].name == "crc32c"
+        for i, (key, data) in enumerate(chunks):
+            if has_crc:
+                try:
+                    stripped = crc32c.strip(data)
+                except CodecError as exc:
+                    results[i] = ChunkDecodeError(array, key, str(exc))
+                    continue
+            else:
+                stripped = data
+            positions.append(i)
+            frames.append(stripped)
         targets = np.zeros(len(positions), dtype=np.uint64)
         workspace = Workspace()
         if placement is not None and placement.buffer is not None:
@@ -588,7 +547,8 @@ class GpuBackend(Backend, BatchMemory):
             workspace.add(spare.data.ptr, spare.nbytes, spare)
         # the batch's last chunks (as many as the plan gave the host) are decoded on host
         # cores while nvCOMP decodes the others
-        split = self._device_share(positions, len(chunks), placement)
+        host = placement.host if placement is not None and self._host is not None else 0
+        split = int(np.searchsorted(np.asarray(positions, dtype=np.int64), len(chunks) - host))
         decoding = self._host.decoding() if self._host is not None else contextlib.nullcontext()
         with decoding as turn:
             on_host: Any = self._submit_host(
@@ -602,19 +562,14 @@ class GpuBackend(Backend, BatchMemory):
                     if placement is not None and placement.own is not None:
                         start, stop = placement.own
                         own = (placement.buffer.data.ptr + start, stop - start, placement.buffer)
-                    if ahead is not None:
-                        batch = codec_for_current_device().decode_checked(
-                            ahead, fmt.nbytes, targets[:split], workspace
-                        )
-                    else:
-                        batch = codec_for_current_device().decode_host(
-                            frames[:split],
-                            fmt.nbytes,
-                            staging,
-                            targets[:split],
-                            workspace,
-                            own,
-                        )
+                    batch = codec_for_current_device().decode_host(
+                        frames[:split],
+                        fmt.nbytes,
+                        staging,
+                        targets[:split],
+                        workspace,
+                        own,
+                    )
                     if self._host is not None:
                         self._host.learn_gpu(fmt.nbytes, split, time.perf_counter() - t0, turn)
                 elif staging is not None:
@@ -730,28 +685,6 @@ class GpuBackend(Backend, BatchMemory):
             else:
                 out.append(d)
         return out
-
-
-def _zstd_frames(
-    chunks: Sequence[EncodedChunk], fmt: ChunkFormat, array: str
-) -> tuple[list[Any], list[int], list[Any]]:
-    """A batch's zstd frames (their crc32c cut off, where the chain has one), the position
-    of each among the chunks, and per chunk None or the error of a checksum that failed."""
-    frames: list[Any] = []
-    positions: list[int] = []
-    results: list[Any] = [None] * len(chunks)
-    has_crc = fmt.codecs[-1].name == "crc32c"
-    for i, (key, data) in enumerate(chunks):
-        frame = data
-        if has_crc:
-            try:
-                frame = crc32c.strip(data)
-            except CodecError as exc:
-                results[i] = ChunkDecodeError(array, key, str(exc))
-                continue
-        positions.append(i)
-        frames.append(frame)
-    return frames, positions, results
 
 
 def _chunk_results(

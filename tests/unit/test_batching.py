@@ -86,7 +86,7 @@ class ScribblingBackend(CpuBackend, BatchMemory):
     def scratch_budget(self, out_nbytes, whole_level=True, tight=False):
         return self.budget
 
-    def decode(self, chunks, fmt, array, staging=None, placement=None, sink=None, ahead=None):
+    def decode(self, chunks, fmt, array, staging=None, placement=None, sink=None):
         decoded = super().decode(chunks, fmt, array, staging)
         if placement is None:
             return decoded

@@ -172,7 +172,7 @@ class StagedCpuBackend(CpuBackend, BatchMemory):
         if staging is not None:
             staging.release()
 
-    def decode(self, chunks, fmt, array, staging=None, placement=None, sink=None, ahead=None):
+    def decode(self, chunks, fmt, array, staging=None, placement=None, sink=None):
         self.staged += sum(staging.locate(data) is not None for _, data in chunks)
         self.decoded += len(chunks)
         return super().decode(chunks, fmt, array, staging)

@@ -171,18 +171,6 @@ class Workspace:
             return cupy.empty(max(nbytes, 1), dtype=np.uint8)
 
 
-@dataclass
-class CheckedFrames:
-    """A batch's frames on the device ahead of their decode, in a buffer of the batch's
-    own on which no work is still queued; checked, where there was time."""
-
-    comp: Any  # the frames, at ``comp + offsets``
-    offsets: np.ndarray
-    sizes: np.ndarray
-    # the check's verdicts and stored checksums on the device, and the verdicts on the host
-    verdicts: tuple[Any, Any, np.ndarray] | None = None
-
-
 class ZstdBatchCodec:
     """nvCOMP zstd for one device, used from one thread (nvCOMP's rule)."""
 
@@ -260,67 +248,19 @@ class ZstdBatchCodec:
             slot_region=slot_region,
         )
 
-    def check_ahead(
-        self,
-        frames: Sequence[Any],
-        nbytes: int,
-        staging: Any,
-        keep_going: Callable[[], bool] | None = None,
-    ) -> CheckedFrames:
-        """Copy frames staged in pinned ``staging`` to a device buffer of their own, then,
-        unless ``keep_going()`` says to stop there, check them and wait for the verdicts:
-        the part of a decode that needs nothing from the batches before it, done while
-        they decode (:meth:`decode_checked`). The staging goes back once the frames are on
-        the device; on failure (e.g. short of memory) it is left as it was, for the
-        caller's own decode."""
-        comp, offsets, sizes, release = self.stage(frames, staging, Workspace(), after_caller=False)
-        if release is not None:
-            release()
-        checked = CheckedFrames(comp, offsets, sizes)
-        if keep_going is None or keep_going():
-            checked.verdicts = self._check_frames(np.uint64(comp.data.ptr), offsets, sizes, nbytes)
-        return checked
-
-    def decode_checked(
-        self,
-        checked: CheckedFrames,
-        nbytes: int,
-        targets: np.ndarray | None = None,
-        workspace: Workspace | None = None,
-    ) -> DecodedBatch:
-        """Decode frames that :meth:`check_ahead` (of any thread's codec) copied to the
-        device, checking them first where it did not; ``targets`` and ``workspace`` as for
-        :meth:`decode_host`."""
-        # decoded chunks land in memory the caller's queued work may still read
-        self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
-        return self._decode_checked(
-            checked.comp,
-            checked.offsets,
-            checked.sizes,
-            nbytes,
-            targets=targets,
-            workspace=workspace,
-            checked=checked,
-        )
-
     def stage(
-        self, frames: Sequence[Any], staging: Any, workspace: Workspace, after_caller: bool = True
+        self, frames: Sequence[Any], staging: Any, workspace: Workspace
     ) -> tuple[Any, np.ndarray, np.ndarray, Callable[[], None] | None]:
-        """Copy host frames to one device buffer on this stream (``after_caller``: after
-        the work queued on the caller's stream): (buffer, offset of each frame in it, frame
-        sizes, a callable giving the pinned staging back once the device no longer reads
-        it, or None). Frames in ``staging`` go one copy per arena, and the arenas go back
-        once copied (with ``after_caller=False``, only when the callable is called); other
-        frames are packed into this codec's pinned buffer first."""
+        """Copy host frames to one device buffer on this stream, after the caller's work:
+        (buffer, offset of each frame in it, frame sizes, a callable giving the pinned
+        staging back once the device no longer reads it, or None). Frames in ``staging``
+        go one copy per arena; others are packed into this codec's pinned buffer first."""
         sizes = np.fromiter((len(f) for f in frames), dtype=np.uint64, count=len(frames))
-        if after_caller:
-            self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
+        self.stream.wait_event(self.cupy.cuda.get_current_stream().record())
         where = staging.locate_all(frames) if staging is not None and frames else None
         if where is not None:
             arena_of, in_arena = where
-            comp, starts = staging.upload(
-                lambda n: workspace.take(n, self.stream), self.stream, release=after_caller
-            )
+            comp, starts = staging.upload(lambda n: workspace.take(n, self.stream), self.stream)
             offsets = (np.asarray(starts, dtype=np.int64)[arena_of] + in_arena).astype(np.uint64)
             return comp, offsets, sizes, staging.release
         padded = (sizes + np.uint64(SLOT_ALIGN - 1)) // np.uint64(SLOT_ALIGN)
@@ -402,11 +342,9 @@ class ZstdBatchCodec:
         workspace: Workspace | None = None,
         release: Callable[[], None] | None = None,
         slot_region: tuple[int, int, Any] | None = None,
-        checked: CheckedFrames | None = None,
     ) -> DecodedBatch:
         """Check, decode and verify the frames at ``comp + offsets``; ``release()`` gives
-        back the pinned staging they came from once they are no longer read there.
-        ``checked``: the frames were copied, and maybe checked, by :meth:`check_ahead`."""
+        back the pinned staging they came from once they are no longer read there."""
         cp = self.cupy
         workspace = workspace or Workspace()
         n = len(sizes)
@@ -427,20 +365,14 @@ class ZstdBatchCodec:
             ) * np.uint64(stride)
         if n == 0:
             return batch
+        # nvCOMP's workspace, sized for every frame, holds the check's scratch until the
+        # decode needs it
         temp_bytes = self.api.decompress_temp_bytes(n, nbytes, n * nbytes, self.stream.ptr)
         temp = workspace.take(temp_bytes, self.stream)
-        if checked is not None and checked.verdicts is not None:
-            status, stored, status_h = checked.verdicts
-        else:
-            # nvCOMP's workspace, sized for every frame, holds the check's scratch until the
-            # decode needs it; waits for the verdicts: the decode set depends on them
-            status, stored, status_h = self._check_frames(
-                np.uint64(comp.data.ptr),
-                offsets,
-                sizes,
-                nbytes,
-                workspace.scratch(self.stream, temp),
-            )
+        # waits for the verdicts: the decode set depends on them
+        status, stored, status_h = self._check_frames(
+            np.uint64(comp.data.ptr), offsets, sizes, nbytes, workspace.scratch(self.stream, temp)
+        )
         ok = np.flatnonzero((status_h == 0) | (status_h == 1))
         nv_status_h = np.zeros(n, dtype=np.int32)
         actual_h = np.full(n, nbytes, dtype=np.uint64)
