@@ -66,8 +66,8 @@ WRITE_BATCH_BYTES = 768 << 20
 REGION_SCRATCH_MAX = 8 << 30
 # Per-chunk tables a batch allocates on the device besides its buffer: frame-check metadata,
 # nvCOMP's pointer/size/status arrays, checksum verdicts and copy jobs (about 260 bytes,
-# each array rounded up to 512 by cupy's pool). Two batches may hold them at once (the next
-# batch is checked while this one decodes), so twice this per chunk, plus a floor.
+# each array rounded up to 512 by cupy's pool). A batch may still hold its tables while the
+# next one allocates its own, so twice this per chunk, plus a floor.
 TABLE_BYTES_PER_CHUNK = 512
 TABLE_BYTES_FLOOR = 256 << 10
 
