@@ -10,14 +10,14 @@ once into ``--dir``. Then, on each ``--device``:
   each read and timed on its own; the median time is reported (in ms, in the note), and
   GB/s from it.
 
-The other libraries of ``peers.py`` read the same tiles and small cubes (on the GPU,
-followed by a copy to the device): zarr-python and zarrs one by one, tensorstore one by one
-and all at once (every read issued as a future before the first is waited for), as
-``read_regions`` does. Every result is checked equal to zarr-python's read of the same region before it
-is timed. Tiles sit at the same places in every run (a fixed seed), so runs of different
-linumpy_gpu versions read the same bytes. With ``--cold`` the store's files are dropped
-from the page cache before each pass (and before each of up to 10 small reads).
-``--quick`` reads 4 tiles of 64^3 and 10 small reads, in four layouts.
+The other libraries of ``peers.py`` that are installed read the same tiles and small
+cubes (on the GPU, followed by a copy to the device): zarr-python and zarrs one by one,
+tensorstore one by one and all at once (every read issued as a future before the first is
+waited for), as ``read_regions`` does. Every result is checked equal to zarr-python's read
+of the same region before it is timed. Tiles sit at the same places in every run (a fixed
+seed), so runs of different linumpy_gpu versions read the same bytes. With ``--cold`` the
+store's files are dropped from the page cache before each pass (and before each of up to
+10 small reads). ``--quick`` reads 4 tiles of 64^3 and 10 small reads, in four layouts.
 
 Each case runs in a fresh Python process, which also records the peak host memory (RSS)
 above the result and, on the GPU, the peak device memory. Results go to ``--json``
