@@ -41,22 +41,35 @@ def downsample(
     work_dtype = _float_for(a.dtype)
     shape = a.shape if whole_shape is None else whole_shape
     divides = all(n % f == 0 for n, f in zip(shape, factors, strict=True))
-    if (
-        method == "mean"
-        and divides
-        and all(n % f == 0 for n, f in zip(a.shape, factors, strict=True))
-    ):
-        if _exact_in_integers(a.dtype, factors):
-            return _by_slabs(_integer_mean, a, factors, xp)
-        return _cast_back(_mean_blocks(a, factors, work_dtype), a.dtype, xp)
-    out = a.astype(work_dtype, copy=False)
+    blocks = divides and all(n % f == 0 for n, f in zip(a.shape, factors, strict=True))
     if method == "gaussian":
-        out = _gaussian(out, factors, xp)
+        out = _gaussian(a.astype(work_dtype, copy=False), factors, xp)
         return _cast_back(out[tuple(slice(None, None, f) for f in factors)], a.dtype, xp)
+    if a.dtype.kind in "iu":
+        if blocks and _exact_in_integers(a.dtype, factors):
+            return _by_slabs(_integer_mean, a, factors, xp)
+        # wider integers: exact sums in 64 bits (a float64 mean loses the low bits of
+        # values beyond 2**53 and rounds the largest ones out of range)
+        return _wide_integer_mean(a, factors, blocks, xp)
+    out = _float_mean(a, factors, blocks, work_dtype, xp)
+    if a.dtype.kind == "f" and bool(xp.isinf(out).any()):
+        # sums of values near the dtype's largest overflow where their mean does not:
+        # scaled by a power of two first (exact), the sums stay in range
+        scale = 2.0 ** -math.ceil(math.log2(max(2, math.prod(factors))))
+        out = _float_mean(a * a.dtype.type(scale), factors, blocks, work_dtype, xp) / scale
+    return _cast_back(out, a.dtype, xp)
+
+
+def _float_mean(a: Any, factors: Sequence[int], blocks: bool, dtype: np.dtype, xp: Any) -> Any:
+    """Block means in ``dtype``: one reduction where ``blocks`` (the factors divide the
+    whole array and ``a``), else axis by axis over partial edge blocks."""
+    if blocks:
+        return _mean_blocks(a, factors, dtype)
+    out = a.astype(dtype, copy=False)
     for axis, f in enumerate(factors):
         if f > 1:
             out = _mean_axis(out, axis, f, xp)
-    return _cast_back(out, a.dtype, xp)
+    return out
 
 
 # numpy inputs larger than this are reduced in slabs on the host's cores
@@ -106,6 +119,71 @@ def _integer_mean(a: Any, factors: Sequence[int]) -> Any:
     half = count >> 1
     quotient += (rest > half) | ((rest == half) & ((quotient & 1) == 1))
     return quotient.astype(a.dtype)
+
+
+def _wide_integer_mean(a: Any, factors: Sequence[int], blocks: bool, xp: Any) -> Any:
+    """Block means of any integers, rounded half to even, exactly: 32-bit and narrower
+    values summed in 64 bits; 64-bit values split into 32-bit halves, each half summed in
+    64 bits and divided with its remainder carried, so no sum overflows."""
+    wide = np.dtype(np.int64 if a.dtype.kind == "i" else np.uint64)
+    counts = _block_counts(a.shape, factors, xp)
+    if a.dtype.itemsize <= 4:
+        quotient, rest = _divmod(_block_sums(a.astype(wide), factors, blocks, xp), counts, xp)
+    else:
+        high = a >> 32  # floor for negative values: a == high * 2**32 + low
+        low = (a & a.dtype.type(0xFFFFFFFF)).astype(np.uint64)
+        high_q, high_r = _divmod(_block_sums(high, factors, blocks, xp), counts, xp)
+        low_sums = _block_sums(low, factors, blocks, xp)
+        low_q, rest = _divmod(high_r.astype(np.uint64) * np.uint64(1 << 32) + low_sums, counts, xp)
+        quotient = high_q * wide.type(1 << 32) + low_q.astype(wide)
+    twice = rest.astype(wide) * wide.type(2)
+    counts = xp.asarray(counts, dtype=wide)
+    quotient += (twice > counts) | ((twice == counts) & ((quotient & 1) == 1))
+    return quotient.astype(a.dtype)
+
+
+def _block_sums(a: Any, factors: Sequence[int], blocks: bool, xp: Any) -> Any:
+    """Per-block sums in ``a``'s dtype (partial edge blocks sum what they hold)."""
+    if blocks:
+        split: list[int] = []
+        for n, f in zip(a.shape, factors, strict=True):
+            split += [n // f, f]
+        return a.reshape(split).sum(axis=tuple(range(1, 2 * a.ndim, 2)), dtype=a.dtype)
+    out = a
+    for axis, f in enumerate(factors):
+        if f > 1:
+            moved = xp.moveaxis(out, axis, -1)
+            n = moved.shape[-1]
+            full = (n // f) * f
+            parts = []
+            if full:
+                head = moved[..., :full].reshape(moved.shape[:-1] + (full // f, f))
+                parts.append(head.sum(axis=-1, dtype=a.dtype))
+            if full < n:
+                parts.append(moved[..., full:].sum(axis=-1, keepdims=True, dtype=a.dtype))
+            joined = parts[0] if len(parts) == 1 else xp.concatenate(parts, axis=-1)
+            out = xp.moveaxis(joined, -1, axis)
+    return out
+
+
+def _block_counts(shape: Sequence[int], factors: Sequence[int], xp: Any) -> Any:
+    """Elements per block (an int where every block is whole, else an array of the
+    reduced shape)."""
+    if all(n % f == 0 for n, f in zip(shape, factors, strict=True)):
+        return math.prod(factors)
+    counts = xp.ones((1,) * len(shape), dtype=np.int64)
+    for axis, (n, f) in enumerate(zip(shape, factors, strict=True)):
+        per = [f] * (n // f) + ([n % f] if n % f else [])
+        counts = counts * xp.asarray(per, dtype=np.int64).reshape(
+            (1,) * axis + (len(per),) + (1,) * (len(shape) - axis - 1)
+        )
+    return counts
+
+
+def _divmod(sums: Any, counts: Any, xp: Any) -> tuple[Any, Any]:
+    """Floor quotient and remainder (0 <= remainder < count) of ``sums`` by ``counts``."""
+    counts = xp.asarray(counts, dtype=sums.dtype)
+    return xp.floor_divide(sums, counts), xp.remainder(sums, counts)
 
 
 def _mean_blocks(a: Any, factors: Sequence[int], dtype: np.dtype) -> Any:
@@ -164,7 +242,8 @@ def _gaussian(a: Any, factors: Sequence[int], xp: Any) -> Any:
 def _float_for(dtype: np.dtype) -> np.dtype:
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
-        return dtype
+        # float16 sums overflow at 65504: float32 holds any float16 mean's sum
+        return np.dtype(np.float32) if dtype.itemsize < 4 else dtype
     if dtype.kind in "iub" and dtype.itemsize <= 2:
         return np.dtype(np.float32)
     return np.dtype(np.float64)
@@ -176,8 +255,17 @@ def _cast_back(a: Any, dtype: np.dtype, xp: Any) -> Any:
         a = xp.rint(a)
         info = np.iinfo(dtype) if dtype.kind != "b" else None
         if info is not None:
-            a = xp.clip(a, info.min, info.max)
+            a = xp.clip(a, _float_bound(info.min, a.dtype), _float_bound(info.max, a.dtype))
     return a.astype(dtype, copy=False)
+
+
+def _float_bound(bound: int, dtype: np.dtype) -> float:
+    """The float of ``dtype`` nearest ``bound`` on its inner side: 2**64 - 1 as a float
+    rounds up to 2**64, which converts back to 0."""
+    value = dtype.type(bound)
+    if abs(int(value)) > abs(bound):
+        value = np.nextafter(value, dtype.type(0))
+    return float(value)
 
 
 def pyramid_factors(

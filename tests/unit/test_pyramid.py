@@ -54,6 +54,53 @@ def test_integer_mean_is_the_rounded_float_mean(dtype, factors):
     np.testing.assert_array_equal(got, expected)
 
 
+def _exact_block_means(a: np.ndarray, factors: tuple[int, ...]) -> np.ndarray:
+    """Block means in Python integers, rounded half to even (the reference)."""
+    out_shape = tuple(-(-n // f) for n, f in zip(a.shape, factors, strict=True))
+    out = np.empty(out_shape, dtype=a.dtype)
+    for index in np.ndindex(*out_shape):
+        block = a[tuple(slice(i * f, (i + 1) * f) for i, f in zip(index, factors, strict=True))]
+        total, count = sum(int(v) for v in block.flat), block.size
+        quotient, rest = divmod(total, count)
+        if 2 * rest > count or (2 * rest == count and quotient % 2):
+            quotient += 1
+        out[index] = quotient
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["u1", "i2", "u4", "i4", "u8", "i8"])
+@pytest.mark.parametrize("shape", [(4, 6, 8), (5, 7, 5)])
+def test_integer_means_are_exact_at_the_ends_of_the_range(dtype, shape):
+    """Blocks of the largest and smallest values keep them (no wrap to 0 or to the other
+    end), values beyond 2**53 keep their low bits, and exact halves round to even, with
+    whole and partial edge blocks."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(3)
+    a = rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=dtype)
+    a[:2, :2, :2] = info.max
+    a[2:4, :2, 2:4] = info.min
+    a[:2, 2:4, :2] = info.max - 1
+    a[2:4, 2:4, 2:4] = [[[info.max, info.max - 1], [info.max, info.max]]] * 2
+    got = downsample(a, (2, 2, 2), "mean")
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, _exact_block_means(a, (2, 2, 2)))
+    assert got[0, 0, 0] == info.max and got[1, 0, 1] == info.min
+
+
+@pytest.mark.parametrize("dtype", ["f2", "f4", "f8"])
+@pytest.mark.parametrize("shape", [(4, 4), (5, 3)])
+def test_float_means_near_the_largest_value_stay_finite(dtype, shape):
+    """Sums of values near the dtype's largest overflow where their means do not: the
+    means come out finite and equal the values; real infinities stay infinite."""
+    big = np.finfo(dtype).max * 0.9
+    a = np.full(shape, big, dtype=dtype)
+    a[0, 0] = np.inf
+    got = downsample(a, (2, 2), "mean")
+    assert got.dtype == np.dtype(dtype)
+    assert np.isinf(got[0, 0])
+    np.testing.assert_array_equal(got.ravel()[1:], np.full(got.size - 1, a[1, 1]))
+
+
 def test_large_mean_downsample_in_slabs_equals_the_whole():
     """Inputs large enough to be reduced in slabs on several threads give the values the
     whole-array reduction gives."""
