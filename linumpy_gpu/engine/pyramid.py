@@ -298,9 +298,44 @@ def update_level(
     (slices in ``source`` coordinates; None = all), in slabs along the first axis.
     ``bar``: a tqdm-like bar advanced per storage unit written."""
     reader = ChunkedArrayReader(source, backend)
+    reach = halo(factors, method)
     for src, dst in _slabs(source.shape, source.dtype.itemsize, factors, region, slab_bytes):
-        reduced = downsample(reader.read(src), factors, method)
-        writer.write(dst, reduced, progress=bar)
+        # read with the filter's reach on every side, so a slab's edges see the values
+        # around them as a downsampling of the whole level does
+        lo = [max(0, s.start - h) for s, h in zip(src, reach, strict=True)]
+        hi = [min(n, s.stop + h) for s, h, n in zip(src, reach, source.shape, strict=True)]
+        finer = reader.read(tuple(slice(a, b) for a, b in zip(lo, hi, strict=True)))
+        reduced = downsample(finer, factors, method)
+        keep = tuple(
+            slice((s.start - a) // f, (s.start - a) // f + (d.stop - d.start))
+            for s, d, a, f in zip(src, dst, lo, factors, strict=True)
+        )
+        writer.write(dst, reduced[keep], progress=bar)
+
+
+def halo(factors: Sequence[int], method: str) -> list[int]:
+    """Elements of the finer level beyond a region that its coarser elements depend on,
+    per axis: none, except for the Gaussian filter's reach (scipy's default truncation, 4
+    sigma), in whole factors so that the region's sampling grid is kept."""
+    if method != "gaussian":
+        return [0] * len(factors)
+    out = []
+    for f in factors:
+        sigma = max(0.0, (f - 1) / 2.0)
+        reach = int(4.0 * sigma + 0.5)
+        out.append(-(-reach // f) * f if f > 1 else 0)
+    return out
+
+
+def affected_region(
+    region: Sequence[slice], shape: Sequence[int], factors: Sequence[int], method: str
+) -> tuple[slice, ...]:
+    """The part of a finer level whose coarser elements change when ``region`` of it
+    changes: the region, widened by the Gaussian filter's reach (see :func:`halo`)."""
+    return tuple(
+        slice(max(0, r.start - h), min(n, r.stop + h))
+        for r, h, n in zip(region, halo(factors, method), shape, strict=True)
+    )
 
 
 def units_updated(

@@ -212,7 +212,12 @@ class MultiscaleImage:
         after region writes into level 0. ``method`` defaults to the one the metadata
         records (``type``), else "mean". ``progress``: a progress bar (default: the
         ``progress`` setting)."""
-        from linumpy_gpu.engine.pyramid import METHODS, units_updated, update_level
+        from linumpy_gpu.engine.pyramid import (
+            METHODS,
+            affected_region,
+            units_updated,
+            update_level,
+        )
 
         method = method or (self.meta.type if self.meta.type in METHODS else "mean")
         if progress is None:
@@ -232,6 +237,7 @@ class MultiscaleImage:
             factors = tuple(
                 max(1, round(a / b)) for a, b in zip(finer.shape, coarser.shape, strict=True)
             )
+            current = affected_region(current, finer.shape, factors, method)
             steps.append((finer, coarser, factors, current))
             current = tuple(
                 slice(s.start // f, -(-s.stop // f)) for s, f in zip(current, factors, strict=True)

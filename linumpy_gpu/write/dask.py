@@ -34,7 +34,7 @@ import numpy as np
 
 from linumpy_gpu import config
 from linumpy_gpu.backends import Backend
-from linumpy_gpu.engine.pyramid import downsample
+from linumpy_gpu.engine.pyramid import downsample, halo
 from linumpy_gpu.engine.writer import ChunkedArrayWriter
 from linumpy_gpu.errors import WriteError
 from linumpy_gpu.image.dask import (
@@ -292,9 +292,9 @@ def downsample_block(
     downsampling of the whole level gives) and written."""
     reader = cached_reader(source)
     full = reader.layout.shape
-    halo = _halo(factors, method)
-    lo = [max(0, a * f - h) for a, f, h in zip(starts, factors, halo, strict=True)]
-    hi = [min(n, b * f + h) for b, f, h, n in zip(stops, factors, halo, full, strict=True)]
+    reach = halo(factors, method)
+    lo = [max(0, a * f - h) for a, f, h in zip(starts, factors, reach, strict=True)]
+    hi = [min(n, b * f + h) for b, f, h, n in zip(stops, factors, reach, full, strict=True)]
     with config.set(source.settings):
         finer = reader.read(tuple(slice(a, b) for a, b in zip(lo, hi, strict=True)))
     reduced = downsample(finer, factors, method)
@@ -305,19 +305,6 @@ def downsample_block(
     region = tuple(slice(a, b) for a, b in zip(starts, stops, strict=True))
     n = _write(target, region, reduced[keep])
     return np.full((1,) * len(starts), n, dtype=np.int64)
-
-
-def _halo(factors: Sequence[int], method: str) -> list[int]:
-    """Elements of the finer level read beyond a block on each side: none, except for the
-    Gaussian filter's reach (scipy's default truncation, 4 sigma), in whole factors."""
-    if method != "gaussian":
-        return [0] * len(factors)
-    out = []
-    for f in factors:
-        sigma = max(0.0, (f - 1) / 2.0)
-        reach = int(4.0 * sigma + 0.5)
-        out.append(-(-reach // f) * f if f > 1 else 0)
-    return out
 
 
 def remove_partial_files(root: str) -> None:

@@ -145,6 +145,18 @@ def test_units_updated_counts_what_update_level_writes(tmp_path, region, slab_by
         np.testing.assert_array_equal(coarse[:], expected)
 
 
+@pytest.mark.parametrize("slab_bytes", [512 << 20, 4 * 50 * 30])
+def test_gaussian_levels_in_slabs_equal_the_whole_level(tmp_path, slab_bytes):
+    """Slabs read the filter's reach beyond their edges: no seams where they meet."""
+    source = zarr.create_array(tmp_path / "0", shape=(31, 50, 30), chunks=(8, 16, 16), dtype="u2")
+    rng = np.random.default_rng(4)
+    source[:] = rng.integers(0, 60000, size=source.shape, dtype="u2")
+    coarse = zarr.create_array(tmp_path / "1", shape=(16, 25, 15), chunks=(6, 8, 8), dtype="u2")
+    writer = ChunkedArrayWriter(coarse, CpuBackend(), locking=False)
+    update_level(source, writer, (2, 2, 2), "gaussian", CpuBackend(), None, None, slab_bytes)
+    np.testing.assert_array_equal(coarse[:], downsample(source[:], (2, 2, 2), "gaussian"))
+
+
 def _level_writers(tmp_path, shapes, dtype, chunks):
     root = zarr.open_group(str(tmp_path / "levels.zarr"), mode="w")
     arrays = [

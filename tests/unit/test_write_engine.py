@@ -106,6 +106,25 @@ def test_region_writes_and_pyramid_update(tmp_path):
         )
 
 
+def test_gaussian_pyramid_update_equals_a_rewrite(tmp_path):
+    """A region update recomputes the coarser elements whose filter reaches into the
+    region, not only those under it: the levels equal a full rewrite of the new data."""
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 1000, (32, 40, 24)).astype("u2")
+    options = dict(axes="zyx", chunks=(8, 8, 8), levels=3, method="gaussian", device="cpu")
+    lg.write_ome_zarr(tmp_path / "updated.zarr", data, **options)
+    img = lg.open_ome_zarr(tmp_path / "updated.zarr", mode="r+")
+    img[0][8:16, 4:20] = np.zeros((8, 16, 24), dtype="u2")
+    data[8:16, 4:20] = 0
+    img.update_pyramid((slice(8, 16), slice(4, 20)))
+    lg.write_ome_zarr(tmp_path / "rewritten.zarr", data, **options)
+    for level in ("1", "2"):
+        np.testing.assert_array_equal(
+            zarr.open_array(str(tmp_path / "updated.zarr" / level))[...],
+            zarr.open_array(str(tmp_path / "rewritten.zarr" / level))[...],
+        )
+
+
 def test_dask_input(tmp_path):
     data = (np.arange(24 * 40 * 36) % 1234).astype("u2").reshape(24, 40, 36)
     img = lg.write_ome_zarr(
