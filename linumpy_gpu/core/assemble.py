@@ -12,8 +12,10 @@ from linumpy_gpu.core.layout import ChunkFormat
 def chunk_array(raw: Any, fmt: ChunkFormat, dtype: np.dtype) -> Any:
     """View 1-D uint8 ``raw`` (numpy or cupy) as the decoded chunk, native byte order."""
     if fmt.needs_byteswap:
-        # cupy has no non-native dtypes: reverse each element's bytes explicitly.
-        raw = raw.reshape(-1, dtype.itemsize)[:, ::-1].copy().reshape(-1)
+        # cupy has no non-native dtypes: reverse each element's bytes explicitly (each
+        # half of a complex number: its real and imaginary parts are swapped apart)
+        unit = dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
+        raw = raw.reshape(-1, unit)[:, ::-1].copy().reshape(-1)
     arr = raw.view(dtype)
     if fmt.transpose is not None:
         stored_shape = tuple(fmt.shape[i] for i in fmt.transpose)
