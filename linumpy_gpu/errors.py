@@ -177,6 +177,11 @@ class GpuUnavailableError(LinumpyGpuError, RuntimeError):
     """
 
 
+class HostMemoryError(LinumpyGpuError, MemoryError):
+    """A read's result does not fit the host's memory. The message says how large it is;
+    read a region (``level[z0:z1]``) or use ``level.to_dask()``."""
+
+
 class DeviceMemoryError(LinumpyGpuError, MemoryError):
     """A read needs more GPU memory than is free. The message says how much is needed and
     how much is free; read a region (``level[z0:z1]``) or use ``level.to_dask()``."""
@@ -230,6 +235,7 @@ __all__ = [
     "DamagedChunkWarning",
     "DeviceFallbackWarning",
     "DeviceMemoryError",
+    "HostMemoryError",
     "GpuUnavailableError",
     "IncompleteStoreError",
     "InvalidArgumentError",

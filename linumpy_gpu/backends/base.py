@@ -20,7 +20,7 @@ from linumpy_gpu.backends.host_staging import host_staging_pool
 from linumpy_gpu.core.assemble import chunk_array, place
 from linumpy_gpu.core.layout import ChunkFormat
 from linumpy_gpu.core.plan import ChunkPlan
-from linumpy_gpu.errors import OutputMismatchError
+from linumpy_gpu.errors import HostMemoryError, OutputMismatchError
 from linumpy_gpu.io.sources import ByteSource
 
 # places one decoded chunk (its index in the batch, its bytes) in the read's output
@@ -209,7 +209,10 @@ class BatchMemory:
 
     def memory_error(self, out_nbytes: int, batch_bytes: int) -> Exception:
         """The error to raise when a read ran out of memory (after freeing what it held)."""
-        return MemoryError(f"not enough memory for a {out_nbytes / 2**30:.2f} GiB read")
+        return HostMemoryError(
+            f"not enough memory for a {out_nbytes / 2**30:.2f} GiB read: read a region "
+            "(level[z0:z1]) or use level.to_dask()"
+        )
 
     def stages_unaligned(self, fmt: ChunkFormat | None) -> bool:
         """Whether chunks of ``fmt`` may start anywhere in staging (else each gets its own

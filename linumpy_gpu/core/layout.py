@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from linumpy_gpu.codecs import ByteCodec, from_numcodecs, from_v3_codec
+from linumpy_gpu.errors import InvalidMetadataError
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,16 @@ def layout_of(array: Any, name: str) -> ArrayLayout:
     # The stored grid: for sharded arrays the shard shape (zarr's ``array.chunks`` is inner).
     grid = meta.chunks if meta.zarr_format == 2 else meta.chunk_grid.chunk_shape
     chunk_shape = tuple(int(c) for c in grid)
+    if any(c < 1 for c in chunk_shape):
+        field = "chunks" if meta.zarr_format == 2 else "chunk_grid.configuration.chunk_shape"
+        raise InvalidMetadataError(name, field, "chunk sides of at least 1", list(chunk_shape))
+    transformers = getattr(meta, "storage_transformers", ())
+    if transformers:
+        # the zarr v3 specification: a storage transformer the reader does not know makes
+        # the array unreadable (it may move or change every stored byte)
+        raise InvalidMetadataError(
+            name, "storage_transformers", "none (none are supported)", list(transformers)
+        )
 
     def delegate(reason: str) -> ArrayLayout:
         shards = getattr(array, "shards", None)

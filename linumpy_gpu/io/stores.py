@@ -155,15 +155,20 @@ def store_url(store: Any) -> str:
 @contextlib.contextmanager
 def translated_errors(where: str, what: str = "store", metadata: bool = False) -> Iterator[None]:
     """Re-raise failures of the libraries below as linumpy_gpu errors naming ``where``.
-    ``metadata``: the block parses zarr metadata, so any ValueError, TypeError or KeyError
-    from zarr means metadata it refused."""
+    ``metadata``: the block parses zarr metadata, so any ValueError, TypeError, KeyError or
+    OverflowError (a fill value out of its dtype's range) from zarr means metadata it
+    refused."""
     try:
         yield
     except LinumpyGpuError:
         raise
     except Exception as exc:
         translated = translate(exc, where, what)
-        if translated is None and metadata and isinstance(exc, ValueError | TypeError | KeyError):
+        if (
+            translated is None
+            and metadata
+            and isinstance(exc, ValueError | TypeError | KeyError | OverflowError)
+        ):
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             translated = InvalidMetadataError(where, "zarr metadata", "valid zarr metadata", text)
         if translated is None:

@@ -185,6 +185,26 @@ def _level_is_a_group(path):
     zarr.open_group(path / "1", mode="w", zarr_format=3)
 
 
+def _edit_level_metadata(path, edit):
+    meta = json.loads((path / "0" / "zarr.json").read_text())
+    edit(meta)
+    (path / "0" / "zarr.json").write_text(json.dumps(meta))
+
+
+def _storage_transformer(path):
+    _edit_level_metadata(path, lambda m: m.__setitem__("storage_transformers", [{"name": "x"}]))
+
+
+def _chunk_side_zero(path):
+    _edit_level_metadata(
+        path, lambda m: m["chunk_grid"]["configuration"].__setitem__("chunk_shape", [0, 4, 4])
+    )
+
+
+def _fill_value_out_of_range(path):
+    _edit_level_metadata(path, lambda m: m.__setitem__("fill_value", 70000))
+
+
 BROKEN_STORES = {
     "level metadata not JSON": (_corrupt_level_metadata, lg.InvalidMetadataError),
     "level metadata wrong type": (_level_metadata_wrong_shape, lg.InvalidMetadataError),
@@ -193,6 +213,9 @@ BROKEN_STORES = {
     "attributes nested too deep": (_deep_attributes, lg.InvalidMetadataError),
     "level missing": (_level_missing, lg.InvalidMetadataError),
     "level is a group": (_level_is_a_group, lg.InvalidMetadataError),
+    "unknown storage transformer": (_storage_transformer, lg.InvalidMetadataError),
+    "chunk side of 0": (_chunk_side_zero, lg.InvalidMetadataError),
+    "fill value out of the dtype's range": (_fill_value_out_of_range, lg.InvalidMetadataError),
 }
 
 
@@ -203,6 +226,12 @@ def test_broken_stores_raise_typed_errors_naming_the_path(store, case):
     with pytest.raises(error) as info:
         lg.open_ome_zarr(store)
     assert str(store) in str(info.value)
+
+
+def test_a_read_larger_than_host_memory_is_a_typed_error(store):
+    _edit_level_metadata(store, lambda m: m.__setitem__("shape", [2**40, 32, 32]))
+    with pytest.raises(lg.HostMemoryError, match="to_dask"):
+        lg.open_ome_zarr(store, device="cpu")[0][...]
 
 
 def test_permission_denied_on_a_chunk(store, monkeypatch):
