@@ -42,7 +42,7 @@ from linumpy_gpu.errors import (
     warn,
 )
 from linumpy_gpu.io.sources import ByteRequest, ByteSource, Runs, merge_ranges, source_for
-from linumpy_gpu.io.stores import translated_errors
+from linumpy_gpu.io.stores import translate, translated_errors
 
 # Longest run of adjacent inner chunks of a shard read into staging in one request.
 STAGED_RUN_BYTES = 8 << 20
@@ -193,7 +193,7 @@ class ChunkedArrayReader:
         if sel.size == 0:
             return result
         if layout.delegate_reason is not None:
-            self._read_delegated(sel, work)
+            self._read_delegated(sel, work, on_damaged)
             return result
         t_start = time.perf_counter()
         profile = _new_profile()
@@ -735,10 +735,60 @@ class ChunkedArrayReader:
             raise first
         return damaged
 
-    def _read_delegated(self, sel: Selection, work: Any) -> None:
+    def _read_delegated(self, sel: Selection, work: Any, on_damaged: str) -> None:
+        """zarr-python reads the selection; where it fails on a chunk (not on the store),
+        the chunks are read one by one to name the damaged ones, as the engine does."""
         region = tuple(slice(a.start, a.stop, a.step) for a in sel.axes)
-        host = np.asarray(self.array[region])
+        try:
+            host = np.asarray(self.array[region])
+        except Exception as exc:
+            if isinstance(exc, OSError | MemoryError) or translate(exc, self.name) is not None:
+                raise  # the store failed, not a chunk
+            self._read_delegated_by_chunk(sel, work, on_damaged)
+            return
         work[...] = self.backend.from_any(host.astype(self.layout.dtype, copy=False))
+
+    def _read_delegated_by_chunk(self, sel: Selection, work: Any, on_damaged: str) -> None:
+        layout = self.layout
+        plan = chunk_plan(sel, layout.shape, layout.chunk_shape)
+        damaged = []
+        for k in range(len(plan)):
+            task = plan.task(k)
+            origin = [c * n for c, n in zip(task.coords, layout.chunk_shape, strict=True)]
+            region = tuple(
+                slice(o + r.start, o + r.stop, r.step)
+                for o, r in zip(origin, task.chunk_region, strict=True)
+            )
+            try:
+                part = np.asarray(self.array[region]).astype(layout.dtype, copy=False)
+            except Exception as exc:
+                if isinstance(exc, OSError | MemoryError) or translate(exc, self.name):
+                    raise
+                key = self._delegated_key(task.coords)
+                error = ChunkDecodeError(self.name, key, str(exc) or type(exc).__name__)
+                if on_damaged == "raise":
+                    raise error from exc
+                damaged.append(error)
+                fill(work, task.out_region, layout.fill_value)
+                continue
+            work[task.out_region] = self.backend.from_any(part)
+        if damaged:
+            keys = ", ".join(e.key for e in damaged[:10])
+            warn(
+                f"{self.name}: {len(damaged)} damaged chunk(s) replaced by the fill value: "
+                f"{keys}; first: {damaged[0].reason}",
+                DamagedChunkWarning,
+            )
+
+    def _delegated_key(self, coords: tuple[int, ...]) -> str:
+        """The store key of chunk ``coords`` (the shard's, with the inner chunk's place)."""
+        layout = self.layout
+        if layout.shard_shape is None:
+            return layout.storage_key(coords)
+        per = [s // c for s, c in zip(layout.shard_shape, layout.chunk_shape, strict=True)]
+        shard = tuple(c // p for c, p in zip(coords, per, strict=True))
+        local = tuple(c % p for c, p in zip(coords, per, strict=True))
+        return f"{layout.storage_key(shard)} (inner chunk {local})"
 
 
 class _Targets:

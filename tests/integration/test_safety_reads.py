@@ -30,12 +30,17 @@ def store(tmp_path):
     return path
 
 
-def _v2_store(path, compressor, data=None):
+def _v2_store(path, compressor, data=None, filters=None):
     """A plain zarr v2 array of 16x32x32 uint16 in 8x16x16 chunks, inside an NGFF 0.4 image."""
     data = volume() if data is None else data
     root = zarr.open_group(path, mode="w", zarr_format=2)
     arr = root.create_array(
-        "0", shape=data.shape, chunks=(8, 16, 16), dtype=data.dtype, compressors=compressor
+        "0",
+        shape=data.shape,
+        chunks=(8, 16, 16),
+        dtype=data.dtype,
+        compressors=compressor,
+        filters=filters,
     )
     arr[...] = data
     root.attrs.put(
@@ -450,6 +455,26 @@ def test_every_damaged_chunk_is_detected_or_harmless(tmp_path, device):
         chunk.write_bytes(good[:size])
         with pytest.raises(lg.ChunkDecodeError):
             lg.open_ome_zarr(path, device=device)[0][...]
+
+
+@pytest.mark.parametrize("compressor", [numcodecs.Zstd(), None], ids=["zstd", "none"])
+def test_damaged_chunks_of_arrays_zarr_python_decodes_are_named(tmp_path, compressor):
+    """Arrays the engine hands to zarr-python (here: v2 filters) report a damaged chunk as
+    the engine does: a ChunkDecodeError naming it, or the fill value and a warning."""
+    data = volume()
+    level = _v2_store(tmp_path / "f.zarr", compressor, data, filters=[numcodecs.Delta("u2")])
+    (level / "1.0.1").write_bytes(b"\x00damaged\xff" * 3)
+    image = lg.open_ome_zarr(tmp_path / "f.zarr", device="cpu")
+    assert image[0]._reader.layout.delegate_reason is not None
+    with pytest.raises(lg.ChunkDecodeError) as info:
+        image[0][...]
+    assert info.value.key == "1.0.1"
+    with pytest.warns(lg.DamagedChunkWarning, match="1.0.1"):
+        got = image[0].read(on_damaged="fill")
+    expected = data.copy()
+    expected[8:16, 0:16, 16:32] = 0
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(image[0][0:8], data[0:8])  # the other chunks read as before
 
 
 @pytest.mark.parametrize(
