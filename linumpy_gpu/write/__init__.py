@@ -10,6 +10,7 @@ source while it is written.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from linumpy_gpu.errors import (
     WriteError,
 )
 from linumpy_gpu.image import MultiscaleImage, open_image
-from linumpy_gpu.io.files import built_beside, check_replaceable
+from linumpy_gpu.io.files import UnitLocks, built_beside, check_replaceable
 from linumpy_gpu.io.stores import locate, translated_errors
 from linumpy_gpu.ngff import build
 from linumpy_gpu.ngff.model import Channel
@@ -148,6 +149,8 @@ def write_labels(
 
     Replacing a label image (``overwrite=True``) touches that label image only."""
     parent = image if isinstance(image, MultiscaleImage) else open_image(image)
+    # a handle opened before the image was replaced must not write into its successor
+    parent.levels[0]._reader.check_unchanged()
     if not parent.exact:
         raise WriteError(
             f"'{parent.path}' places level 0 with a transformation other than scale and "
@@ -220,13 +223,27 @@ def write_labels(
             store = store.with_read_only(False)
         label_root = _remote_group(store, f"{labels_path}/{name}", plan, overwrite, where)
         write_image(label_root, data, plan, backend, False, where)
-    with translated_errors(f"{parent.path}/labels"):
+    # the listing is read, extended and written back: one writer at a time (other
+    # processes too, on a local store), or concurrent label writes lose entries
+    listing = (
+        UnitLocks(os.path.join(os.fspath(root), *labels_path.split("/"))).hold([0])
+        if root is not None
+        else contextlib.nullcontext()
+    )
+    with listing, translated_errors(f"{parent.path}/labels"):
         labels_group = zarr.open_group(
             store=store, path=labels_path, mode="a", zarr_format=zarr_format
         )
-        block, _ = ngff.ome_block(dict(labels_group.attrs), labels_group.metadata.zarr_format)
+        attributes = dict(labels_group.attrs)
+        block, _ = ngff.ome_block(attributes, labels_group.metadata.zarr_format)
         names = [n for n in block.get("labels", []) if n != name] + [name]
-        labels_group.attrs.put(build.wrap(parent.version, {"labels": names}))
+        # the group's other attributes (the user's, other tools') stay as they were
+        for key, value in build.wrap(parent.version, {"labels": names}).items():
+            kept = attributes.get(key)
+            attributes[key] = (
+                {**kept, **value} if isinstance(value, dict) and isinstance(kept, dict) else value
+            )
+        labels_group.attrs.put(attributes)
     with translated_errors(parent.path):
         fresh = zarr.open_group(store=store, path=prefix, mode="r")
     return open_image(fresh, device=backend).labels[name]

@@ -360,6 +360,44 @@ def test_overwriting_one_label_touches_that_label_only(store):
     assert (lg.open_ome_zarr(store).labels["nuclei"][0][...] == 2).all()
 
 
+def test_label_writes_keep_the_labels_groups_other_attributes(store):
+    img = lg.open_ome_zarr(store)
+    lg.write_labels(img, "cells", np.ones(img[0].shape, dtype="u1"))
+    group = zarr.open_group(store / "labels", mode="r+")
+    group.attrs.update({"provenance": {"by": "a user"}})
+    lg.write_labels(img, "nuclei", np.ones(img[0].shape, dtype="u1"))
+    attributes = dict(zarr.open_group(store / "labels", mode="r").attrs)
+    assert attributes["provenance"] == {"by": "a user"}
+    assert sorted(lg.open_ome_zarr(store).labels) == ["cells", "nuclei"]
+
+
+def test_concurrent_label_writes_are_all_listed(store):
+    """Each writer reads, extends and writes back the labels list: none loses another's
+    entry, and none fails on another creating the labels group."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"L{i}" for i in range(8)]
+    start = threading.Barrier(len(names))
+    shape = lg.open_ome_zarr(store)[0].shape
+
+    def write(name: str) -> None:
+        start.wait()
+        lg.write_labels(store, name, np.ones(shape, dtype="u1"))
+
+    with ThreadPoolExecutor(len(names)) as pool:
+        list(pool.map(write, names))
+    assert sorted(lg.open_ome_zarr(store).labels) == names
+
+
+def test_label_writes_through_a_replaced_images_handle_are_refused(store, tmp_path):
+    stale = lg.open_ome_zarr(store)
+    lg.write_ome_zarr(store, np.zeros((8, 16, 16), dtype="u2"), overwrite=True)
+    with pytest.raises(lg.StoreError, match="replaced"):
+        lg.write_labels(stale, "cells", np.ones(stale[0].shape, dtype="u1"))
+    assert not (store / "labels").exists()
+
+
 def test_existing_label_needs_overwrite(store):
     img = lg.open_ome_zarr(store)
     lg.write_labels(img, "cells", np.ones(img[0].shape, dtype="u1"))
