@@ -114,6 +114,8 @@ def locate(
 def _local(text: str, read_only: bool, must_exist: bool) -> StoreLocation:
     import zarr
 
+    if "\0" in text:
+        raise InvalidArgumentError(f"store paths cannot hold a NUL character, got {text!r}")
     where = os.path.abspath(os.path.expanduser(text))
     if must_exist and not os.path.exists(where):
         raise StoreNotFoundError(f"no such file or directory: '{where}'")
@@ -135,6 +137,12 @@ def _remote(
             )
         except TypeError as exc:  # unknown keys in storage_options
             raise InvalidArgumentError(f"storage_options for '{url}': {exc}") from exc
+        except ValueError as exc:
+            if "protocol" not in str(exc).lower():
+                raise
+            raise InvalidArgumentError(
+                f"'{url}': fsspec knows no '{protocol}://' protocol ({exc})"
+            ) from exc
     return StoreLocation(store, url, None, protocol)
 
 

@@ -112,7 +112,9 @@ def write_ome_zarr(
     if location.local_root is not None:
         target = location.local_root
         _check_destination(target, overwrite)
-        with built_beside(target, overwrite) as staging:
+        # the file system's refusals (a file where a folder goes, no permission, a name
+        # too long) as StoreError naming the destination
+        with translated_errors(target), built_beside(target, overwrite) as staging:
             write_image(
                 _local_group(staging, plan),
                 data,
@@ -216,7 +218,7 @@ def write_labels(
         store = zarr.storage.LocalStore(root)  # writable whatever mode the image was opened in
         target = os.path.join(os.fspath(root), *labels_path.split("/"), name)
         _check_destination(target, overwrite)
-        with built_beside(target, overwrite) as staging:
+        with translated_errors(target), built_beside(target, overwrite) as staging:
             write_image(_local_group(staging, plan), data, plan, backend, False, target)
     else:
         if getattr(store, "read_only", False):

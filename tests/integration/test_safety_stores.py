@@ -398,6 +398,22 @@ def test_label_writes_through_a_replaced_images_handle_are_refused(store, tmp_pa
     assert not (store / "labels").exists()
 
 
+def test_destinations_the_file_system_refuses_are_typed_errors(tmp_path, store):
+    data = np.zeros((4, 8, 8), dtype="u2")
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(lg.StoreError, match="a_file"):
+        lg.write_ome_zarr(tmp_path / "a_file" / "x.zarr", data)
+    with pytest.raises(lg.InvalidArgumentError, match="NUL"):
+        lg.write_ome_zarr(str(tmp_path / "a\0b.zarr"), data)
+    with pytest.raises(lg.InvalidArgumentError, match="protocol"):
+        lg.write_ome_zarr("no-such-protocol://bucket/x.zarr", data)
+    img = lg.open_ome_zarr(store)
+    (store / "labels").write_text("not a folder")
+    with pytest.raises(lg.StoreError, match="labels"):
+        lg.write_labels(img, "cells", np.ones(img[0].shape, dtype="u1"))
+    assert (store / "labels").read_text() == "not a folder"
+
+
 def test_existing_label_needs_overwrite(store):
     img = lg.open_ome_zarr(store)
     lg.write_labels(img, "cells", np.ones(img[0].shape, dtype="u1"))
