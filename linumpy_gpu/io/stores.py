@@ -99,6 +99,18 @@ def locate(
     from zarr.abc.store import Store
 
     if isinstance(path, Store):
+        if not read_only and getattr(path, "read_only", False):
+            # the caller opened it read-only: a write through it is refused, not redirected
+            raise StorePermissionError(
+                f"'{path}' was opened read-only (read_only=True); pass a writable store"
+            )
+        if not getattr(path, "_is_open", True):
+            # zarr opens a store on its first use through zarr's API; stores handed to us
+            # (a ZipStore, say) are used directly, so they are opened here
+            from zarr.core.sync import sync
+
+            with translated_errors(str(path)):
+                sync(path._open())
         root = getattr(path, "root", None)
         local = (
             os.fspath(root)

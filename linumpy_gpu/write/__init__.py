@@ -24,6 +24,7 @@ from linumpy_gpu.backends import resolve_backend
 from linumpy_gpu.errors import (
     InvalidArgumentError,
     StoreExistsError,
+    UnsupportedWriteError,
     WriteError,
 )
 from linumpy_gpu.image import MultiscaleImage, open_image
@@ -108,6 +109,13 @@ def write_ome_zarr(
     backend = _backend_for(data, device)
     if progress is None:
         progress = config.get().progress
+    if type(path).__name__ == "ZipStore":
+        # zarr's ZipStore gives no read-only view of a store open for writing, so the image
+        # could not be opened once written; a zip also cannot replace a member in place
+        raise UnsupportedWriteError(
+            f"'{path}': writes into a ZipStore are not supported; write to a folder and zip "
+            "it afterwards (zip -0 -r image.ome.zarr.zip image.ome.zarr)"
+        )
     location = locate(path, mode="w", storage_options=storage_options, must_exist=False)
     if location.local_root is not None:
         target = location.local_root

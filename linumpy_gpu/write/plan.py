@@ -70,6 +70,11 @@ def plan_image(
     if not all(hasattr(data, a) for a in ("shape", "dtype", "ndim")):
         raise WriteError(f"data must be a numpy, cupy or dask array, got {type(data).__name__}")
     ndim = int(data.ndim)
+    if any(n != n for n in data.shape):  # NaN: a dask array whose chunk sizes are unknown
+        raise WriteError(
+            f"data of shape {tuple(data.shape)} has unknown sizes (a dask array after boolean "
+            "indexing?); call data.compute_chunk_sizes() first"
+        )
     shape = tuple(int(n) for n in data.shape)
     try:
         dtype = np.dtype(data.dtype)

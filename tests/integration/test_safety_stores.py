@@ -414,6 +414,29 @@ def test_destinations_the_file_system_refuses_are_typed_errors(tmp_path, store):
     assert (store / "labels").read_text() == "not a folder"
 
 
+def test_store_objects_a_write_cannot_use_are_refused_untouched(tmp_path):
+    data = np.zeros((4, 8, 8), dtype="u2")
+    read_only = zarr.storage.LocalStore(tmp_path / "ro.zarr", read_only=True)
+    with pytest.raises(lg.StorePermissionError, match="read-only"):
+        lg.write_ome_zarr(read_only, data)
+    assert not (tmp_path / "ro.zarr").exists()
+    with pytest.raises(lg.StorePermissionError, match="read-only"):
+        lg.write_ome_zarr(zarr.storage.MemoryStore(read_only=True), data)
+    with pytest.raises(lg.UnsupportedWriteError, match="ZipStore"):
+        lg.write_ome_zarr(zarr.storage.ZipStore(tmp_path / "x.zip", mode="w"), data)
+    assert not (tmp_path / "x.zip").exists()
+
+
+def test_dask_input_of_unknown_size_is_a_write_error(tmp_path):
+    import dask.array as da
+
+    data = da.from_array(np.zeros((8, 8, 8), dtype="u2"), chunks=4)
+    unknown = data[data[:, 0, 0] >= 0]
+    with pytest.raises(lg.WriteError, match="compute_chunk_sizes"):
+        lg.write_ome_zarr(tmp_path / "u.zarr", unknown)
+    assert not (tmp_path / "u.zarr").exists()
+
+
 def test_existing_label_needs_overwrite(store):
     img = lg.open_ome_zarr(store)
     lg.write_labels(img, "cells", np.ones(img[0].shape, dtype="u1"))
