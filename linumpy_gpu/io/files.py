@@ -13,14 +13,16 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import shutil
+import socket
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
 
-from linumpy_gpu.errors import StoreError, StoreExistsError
+from linumpy_gpu.errors import StoreError, StoreExistsError, StorePermissionError
 
 STAGING_SUFFIX = ".linumpy-gpu-partial"
 LOCK_FILE = ".linumpy-gpu.lock"
@@ -87,6 +89,13 @@ def check_replaceable(target: str) -> None:
             f"'{target}' exists and is not a zarr store (no zarr.json, .zgroup or .zattrs at "
             "its top level); refusing to replace it: choose another path or remove it yourself"
         )
+    if not os.access(target, os.W_OK | os.X_OK):
+        # a store made read-only is protected by its owner (and its files could not be
+        # removed once it is swapped out)
+        raise StorePermissionError(
+            f"'{target}' is read-only; refusing to replace it: make it writable first "
+            "(chmod -R u+w) if it should be replaced"
+        )
 
 
 @contextlib.contextmanager
@@ -97,7 +106,9 @@ def built_beside(target: str, overwrite: bool) -> Iterator[str]:
     parent, base = os.path.split(os.path.abspath(target))
     os.makedirs(parent, exist_ok=True)
     remove_stale_staging(parent, base)
-    staging = os.path.join(parent, f".{base}.{os.getpid()}-{uuid.uuid4().hex[:8]}{STAGING_SUFFIX}")
+    staging = os.path.join(
+        parent, f".{base}.{_HOST}.{os.getpid()}-{uuid.uuid4().hex[:8]}{STAGING_SUFFIX}"
+    )
     os.mkdir(staging)
     try:
         yield staging
@@ -116,17 +127,40 @@ def built_beside(target: str, overwrite: bool) -> Iterator[str]:
     shutil.rmtree(staging, ignore_errors=True)
 
 
+# This host, in the names of build folders: on a file system several hosts share, a process
+# id says whether a writer lives only on its own host.
+_HOST = "h" + hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def destination_of(where: str) -> str:
+    """``where`` for messages: a path inside a store being built beside its destination
+    (:func:`built_beside`) named by the destination's path."""
+    return _BUILD_FOLDER.sub(r"\1", where)
+
+
+_BUILD_FOLDER = re.compile(
+    r"\.([^/]+?)\.(?:h[0-9a-f]{8}\.)?\d+-[0-9a-f]{8}" + re.escape(STAGING_SUFFIX)
+)
+
+
 def remove_stale_staging(parent: str, base: str) -> None:
-    """Remove folders that earlier writes of ``base`` left beside it when their process was
-    killed (named with that process's id; left alone while the process lives)."""
-    # (a swap without renameat2 parks the old store under the same name plus ".old")
+    """Remove folders that earlier writes of ``base`` on this host left beside it when
+    their process was killed (named with the host and that process's id; left alone while
+    the process lives, and always where another host wrote them)."""
+    # (a swap without renameat2 parks the old store under the same name plus ".old"; names
+    # without a host are from versions that wrote none)
     pattern = re.compile(
-        re.escape(f".{base}.") + r"(\d+)-[0-9a-f]{8}" + re.escape(STAGING_SUFFIX) + r"(\.old)?"
+        re.escape(f".{base}.")
+        + r"(?:(h[0-9a-f]{8})\.)?(\d+)-[0-9a-f]{8}"
+        + re.escape(STAGING_SUFFIX)
+        + r"(\.old)?"
     )
     with contextlib.suppress(OSError):
         for name in os.listdir(parent):
             found = pattern.fullmatch(name)
-            if found and not _process_alive(int(found.group(1))):
+            if found is None or found.group(1) not in (None, _HOST):
+                continue
+            if not _process_alive(int(found.group(2))):
                 shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 

@@ -45,7 +45,7 @@ from linumpy_gpu.image.dask import (
     open_array,
     store_spec,
 )
-from linumpy_gpu.io.files import STAGING_SUFFIX
+from linumpy_gpu.io.files import destination_of
 
 # Decoded bytes of the finer level one pyramid task reads (its output is a fraction of it),
 # per device kind: GPU reads have a fixed cost that only large reads hide.
@@ -55,8 +55,6 @@ UNIT_MEMORY_FRACTION = 0.25
 # Temporary files of atomic writes (``io.files.write_file_atomically``) that a killed
 # worker can leave behind.
 _PARTIAL = re.compile(r"\..+\.[0-9a-f]{12}\.partial")
-# The hidden folder a local store is built in (``io.files.built_beside``).
-_STAGING = re.compile(r"\.([^/]+)\.\d+-[0-9a-f]{8}" + re.escape(STAGING_SUFFIX))
 
 # GPU writes in one worker process take turns (nvCOMP state is per device, not per thread).
 _gpu_write_lock = threading.Lock()
@@ -103,8 +101,8 @@ def write_distributed(
         for a in arrays
     ]
     units = [tuple(a.shards or a.chunks) for a in arrays]
-    _check_unit_memory(client, units[0], arrays[0].dtype.itemsize, shown(targets[0].where))
-    aligned = align_to_units(data, units[0], shown(targets[0].where))
+    _check_unit_memory(client, units[0], arrays[0].dtype.itemsize, destination_of(targets[0].where))
+    aligned = align_to_units(data, units[0], destination_of(targets[0].where))
     done = _compute(_level0_tasks(aligned, targets[0]), client)
     _progress(bar, done)
     written.append("0")
@@ -119,12 +117,6 @@ def write_distributed(
     if spec.kind == "local":
         remove_partial_files(spec.where)
     return True
-
-
-def shown(where: str) -> str:
-    """``where`` for messages: a store being built beside its destination is named by
-    the destination."""
-    return _STAGING.sub(r"\1", where)
 
 
 def align_to_units(data: Any, unit: Sequence[int], where: str) -> Any:
@@ -261,7 +253,9 @@ def _write(target: ArraySource, region: tuple[slice, ...], block: Any) -> int:
     if target.store.kind == "local" and not os.path.isdir(target.store.where):
         # the client gave up on this write and removed the folder it was built in: a task
         # still queued must not create it again
-        raise WriteError(f"'{shown(target.where)}': the write was abandoned; nothing written")
+        raise WriteError(
+            f"'{destination_of(target.where)}': the write was abandoned; nothing written"
+        )
     writer = _writer(target)
     starts = [r.start for r in region]
     shape = [r.stop - r.start for r in region]

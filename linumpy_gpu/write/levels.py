@@ -12,6 +12,7 @@ import numpy as np
 from linumpy_gpu.engine.pyramid import BLOCK_LOCAL, downsample, update_level, write_coarser_levels
 from linumpy_gpu.engine.writer import ChunkedArrayWriter
 from linumpy_gpu.errors import LinumpyGpuError, WriteError
+from linumpy_gpu.io.files import destination_of
 from linumpy_gpu.progress import progress_bar
 from linumpy_gpu.write.plan import ImagePlan
 
@@ -84,7 +85,8 @@ def _write_pyramid(
 ) -> None:
 
     writers = [
-        ChunkedArrayWriter(a, backend, name=str(a.store_path), locking=False) for a in arrays
+        ChunkedArrayWriter(a, backend, name=destination_of(str(a.store_path)), locking=False)
+        for a in arrays
     ]
     if is_dask:
         from linumpy_gpu.write.dask import cluster_client, write_distributed

@@ -205,6 +205,47 @@ def test_killed_write_leaves_the_old_store_and_the_next_write_cleans_up(store, t
     assert sorted(p.name for p in tmp_path.iterdir()) == [store.name]  # ... the next write does
 
 
+def test_build_folders_of_other_hosts_are_left_alone(store, tmp_path):
+    """On a file system several hosts share, a process id is known only on its own host:
+    another host's build folder is never taken for a dead writer's and removed."""
+    from linumpy_gpu.io import files
+
+    dead = 2**22 + 12345  # above Linux's largest process id: no such process here
+    other_host = f".{store.name}.h00000000.{dead}-0123abcd.linumpy-gpu-partial"
+    this_host = f".{store.name}.{files._HOST}.{dead}-0123abcd.linumpy-gpu-partial"
+    older_version = f".{store.name}.{dead}-0123abcd.linumpy-gpu-partial"
+    for name in (other_host, this_host, older_version):
+        (tmp_path / name).mkdir()
+    lg.write_ome_zarr(store, volume(seed=9), overwrite=True, chunks=(8, 16, 16), device="cpu")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([store.name, other_host])
+
+
+def test_a_failed_write_names_the_destination_not_the_build_folder(tmp_path, monkeypatch):
+    from linumpy_gpu.engine import writer
+
+    def refuse(path, blob):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer, "write_file_atomically", refuse)
+    with pytest.raises(lg.ChunkWriteError) as info:
+        lg.write_ome_zarr(tmp_path / "out.zarr", volume(), device="cpu")
+    assert f"{tmp_path / 'out.zarr'}/0" in str(info.value)
+    assert "linumpy-gpu-partial" not in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes whatever the permissions")
+def test_a_read_only_store_is_not_replaced(store):
+    before = snapshot(store)
+    os.chmod(store, 0o555)
+    try:
+        with pytest.raises(lg.StorePermissionError, match="read-only"):
+            lg.write_ome_zarr(store, volume(seed=9), overwrite=True, device="cpu")
+    finally:
+        os.chmod(store, 0o755)
+    assert snapshot(store) == before
+
+
 # -- URLs ---------------------------------------------------------------------------------
 
 
