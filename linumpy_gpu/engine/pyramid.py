@@ -51,7 +51,8 @@ def downsample(
         # wider integers: exact sums in 64 bits (a float64 mean loses the low bits of
         # values beyond 2**53 and rounds the largest ones out of range)
         return _wide_integer_mean(a, factors, blocks, xp)
-    out = _float_mean(a, factors, blocks, work_dtype, xp)
+    with np.errstate(over="ignore"):  # an overflow is caught below, not warned about
+        out = _float_mean(a, factors, blocks, work_dtype, xp)
     if a.dtype.kind == "f" and bool(xp.isinf(out).any()):
         # sums of values near the dtype's largest overflow where their mean does not:
         # scaled by a power of two first (exact), the sums stay in range

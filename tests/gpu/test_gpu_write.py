@@ -81,6 +81,30 @@ def test_gpu_labels_and_region_writes(tmp_path, cp):
     )
 
 
+@pytest.mark.parametrize("dtype", ["u2", "i4", "u4", "i8", "u8", "f2", "f4", "f8"])
+@pytest.mark.parametrize("shape", [(8, 12, 16), (9, 7, 5)])
+@pytest.mark.parametrize("method", ["mean", "gaussian"])
+def test_gpu_downsampling_equals_the_cpu_one_at_the_ends_of_the_range(cp, dtype, shape, method):
+    """The pyramid reduction is written once for numpy and cupy: the same values on both,
+    for wide integers and floats near their largest values too."""
+    from linumpy_gpu.engine.pyramid import downsample
+
+    rng = np.random.default_rng(5)
+    if np.dtype(dtype).kind == "f":
+        a = (rng.random(shape) * np.finfo(dtype).max * 0.9).astype(dtype)
+    else:
+        info = np.iinfo(dtype)
+        a = rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=dtype)
+        a[:2, :2, :2] = info.max
+    expected = downsample(a, (2, 2, 2), method)
+    got = downsample(cp.asarray(a), (2, 2, 2), method)
+    assert got.dtype == expected.dtype
+    if method == "mean" or np.dtype(dtype).kind != "f":
+        np.testing.assert_array_equal(got.get(), expected)
+    else:  # the filter's float sums may round differently on the two
+        np.testing.assert_allclose(got.get(), expected, rtol=1e-5)
+
+
 def test_spans_land_in_pinned_arenas_and_spill_past_the_cap(cp):
     """Device spans come back byte for byte, each with writable room after it: those that
     fit the ring in its pinned arenas (given back on release), the rest in ordinary memory."""
