@@ -337,7 +337,7 @@ def dask_chunks(level: Level, chunks: Any) -> tuple[tuple[int, ...], ...]:
         chunks = grouped_block(level.shape, unit, level.dtype.itemsize, target)
     try:
         return da.core.normalize_chunks(chunks, level.shape, dtype=level.dtype)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, ZeroDivisionError) as exc:  # 0: dask divides by it
         raise InvalidArgumentError(f"chunks {chunks!r} for shape {level.shape}: {exc}") from exc
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from linumpy_gpu import ngff
 from linumpy_gpu.core.types import NDArray
 from linumpy_gpu.engine import ChunkedArrayReader
-from linumpy_gpu.errors import StorePermissionError
+from linumpy_gpu.errors import InvalidArgumentError, StorePermissionError
 from linumpy_gpu.image._common import format_bytes
 from linumpy_gpu.progress import progress_bar
 
@@ -167,6 +167,12 @@ class Level:
         """Read many regions in one go (each touched chunk decoded once, in shared
         batches): the fast way to pull a set of tiles. ``progress``: a progress bar
         (default: the ``progress`` setting)."""
+        if isinstance(regions, tuple) or not isinstance(regions, Iterable):
+            # a tuple is one region (its items are per-axis indices), not a list of them
+            raise InvalidArgumentError(
+                f"regions must be a list of regions (each a slice or a tuple of slices), "
+                f"got {type(regions).__name__}: read one region with level[region]"
+            )
         if progress is None:
             progress = self._reader.settings.progress
         bar = progress_bar(progress, f"reading {self._label()}", unit="chunk")

@@ -41,6 +41,7 @@ class MultiscaleImage:
         self.levels: list[Level] = [
             self._open_level(i, ds) for i, ds in enumerate(self.meta.datasets)
         ]
+        self.meta = ngff.scales_from_shapes(self.meta, [lv.shape for lv in self.levels])
         self._check_levels()
 
     def _open_level(self, i: int, ds: ngff.DatasetMeta) -> Level:

@@ -94,6 +94,12 @@ def parse_multiscales(
     return v03.parse_multiscales(block, v, where, index)
 
 
+def scales_from_shapes(meta: MultiscaleMeta, shapes: list[tuple[int, ...]]) -> MultiscaleMeta:
+    """``meta`` with each level's scale taken from the level shapes where the version has
+    no transformations to give it (0.1 to 0.3, see :func:`.v03.scales_from_shapes`)."""
+    return v03.scales_from_shapes(meta, shapes)
+
+
 def parse_plate(block: Mapping[str, Any], version: str | None, where: str) -> PlateMeta:
     """Parse the ``plate`` block of a plate group (version 0.4 when none is declared)."""
     plate = block.get("plate")
@@ -175,6 +181,7 @@ def _layout_version(entry: Mapping[str, Any]) -> str:
 
 __all__ = [
     "scene_images",
+    "scales_from_shapes",
     "SUPPORTED_VERSIONS",
     "Acquisition",
     "Affine",

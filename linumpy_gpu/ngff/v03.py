@@ -3,12 +3,15 @@
 0.1 and 0.2 images carry no axes: they are always 5-D, ``t, c, z, y, x``. 0.3 names its
 axes as strings, unique and each one of ``t, c, z, y, x``. Levels have no transformations
 (a ``coordinateTransformations`` list, where a writer added one, is read with the 0.4
-rules), so every level's scale is ones. Display, plate and well blocks are read leniently:
-these versions predate most of the rules of 0.4.
+rules): a level's scale is then what its shape says, level 0's size over its own on each
+spatial axis, rounded to a whole factor (:func:`scales_from_shapes`), as viewers of these
+versions place levels. Display, plate and well blocks are read leniently: these versions
+predate most of the rules of 0.4.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -106,3 +109,25 @@ def parse_plate(block: Mapping[str, Any], version: str, where: str) -> PlateMeta
 def parse_well(block: Mapping[str, Any], version: str, where: str) -> WellMeta:
     """The ``well`` block: a non-empty list of fields with string paths."""
     return c.parse_well(block, version, where, path_rule="any")
+
+
+def scales_from_shapes(meta: MultiscaleMeta, shapes: list[tuple[int, ...]]) -> MultiscaleMeta:
+    """For a 0.1 / 0.2 / 0.3 image whose levels carry no transformations (every scale ones,
+    every translation zeros): each level's scale on its spatial axes from the level shapes,
+    level 0's size over the level's, rounded to a whole factor. Any other image as it is."""
+    if meta.version not in VERSIONS or len(shapes) < 2:
+        return meta
+    if any(
+        any(v != 1.0 for v in ds.scale) or any(v != 0.0 for v in ds.translation)
+        for ds in meta.datasets
+    ):
+        return meta
+    spatial = [a.type == "space" for a in meta.axes]
+    datasets = []
+    for ds, shape in zip(meta.datasets, shapes, strict=True):
+        scale = tuple(
+            float(max(1, round(n0 / max(1, n)))) if space else 1.0
+            for n0, n, space in zip(shapes[0], shape, spatial, strict=True)
+        )
+        datasets.append(compose_level(ds.path, len(shape), scale, None))
+    return dataclasses.replace(meta, datasets=tuple(datasets))

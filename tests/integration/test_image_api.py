@@ -204,6 +204,15 @@ def test_label_and_image_label_round_trip_via_zarr(tmp_path):
         img.labels["other"]
 
 
+def test_read_regions_wants_a_list_of_regions(sample):
+    level = lg.open_ome_zarr(sample)[0]
+    for bad in [(slice(0, 2), slice(0, 3)), None, 5]:
+        with pytest.raises(lg.InvalidArgumentError, match="list of regions"):
+            level.read_regions(bad)
+    with pytest.raises(lg.InvalidArgumentError, match="chunks"):
+        level.to_dask(chunks=(8, 0, 8))
+
+
 def test_read_regions_equals_separate_reads(sample, device):
     img = lg.open_ome_zarr(sample, device=device)
     full = zarr.open_array(str(sample / "0"), mode="r")[...]
@@ -282,3 +291,21 @@ def test_damaged_chunk_on_the_cpu_raises_or_fills(tmp_path):
     np.testing.assert_array_equal(got[:8], data[:8])  # the undamaged chunk is not lost
     assert (got[8:] == 0).all()
     np.testing.assert_array_equal(img[0][:8], data[:8])
+
+
+def test_legacy_levels_take_their_scale_from_their_shape(tmp_path):
+    """NGFF 0.1-0.3 levels carry no transformations: their voxel size follows from their
+    shape, as viewers place them (and validate and convert see the same)."""
+    root = zarr.open_group(str(tmp_path / "v03.zarr"), mode="w", zarr_format=2)
+    root.create_array("0", shape=(2, 64, 63), dtype="u1", chunks=(1, 32, 32))[...] = 1
+    root.create_array("1", shape=(2, 32, 32), dtype="u1", chunks=(1, 32, 32))[...] = 1
+    root.create_array("2", shape=(2, 16, 16), dtype="u1", chunks=(1, 16, 16))[...] = 1
+    root.attrs["multiscales"] = [
+        {"version": "0.3", "axes": ["c", "y", "x"], "datasets": [{"path": p} for p in "012"]}
+    ]
+    img = lg.open_ome_zarr(tmp_path / "v03.zarr")
+    assert [img.scale(i) for i in range(3)] == [(1, 1, 1), (1, 2, 2), (1, 4, 4)]
+    assert img.translation(2) == (0, 0, 0)
+    from linumpy_gpu.cli import main
+
+    assert main(["validate", str(tmp_path / "v03.zarr")]) == 0
