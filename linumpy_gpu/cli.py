@@ -395,6 +395,7 @@ def _check_image(image: MultiscaleImage, report: _Report, parent: Any = None) ->
     dtypes = [str(lv.dtype) for lv in image.levels]
     if len(set(dtypes)) > 1:
         report.error(f"{where}: levels have different dtypes {dtypes}; NGFF needs one dtype")
+    _check_dimension_names(image, report)
     _check_shapes(image, report)
     ic = _channel_axis(image)
     if image.channels and ic is not None:
@@ -421,6 +422,25 @@ def _check_image(image: MultiscaleImage, report: _Report, parent: Any = None) ->
             continue
         _models(label.group, label.path, report)
         _check_image(label, report, parent=image)
+
+
+def _check_dimension_names(image: MultiscaleImage, report: _Report) -> None:
+    """From NGFF 0.5, each level array's ``dimension_names`` are the axes' names."""
+    if image.version in ("0.1", "0.2", "0.3", "0.4"):
+        return
+    axes = list(image.axis_names)
+    for lv in image.levels:
+        names = getattr(lv.zarr_array.metadata, "dimension_names", None)
+        if names is None:
+            report.warning(
+                f"{image.path}: level {lv.index} ('{lv.path}') has no dimension_names; "
+                f"NGFF {image.version} wants the axes' names {axes} there"
+            )
+        elif list(names) != axes:
+            report.error(
+                f"{image.path}: level {lv.index} ('{lv.path}') has dimension_names "
+                f"{list(names)}, the axes are {axes}"
+            )
 
 
 def _check_shapes(image: MultiscaleImage, report: _Report) -> None:

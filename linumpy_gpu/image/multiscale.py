@@ -64,6 +64,14 @@ class MultiscaleImage:
                 f"{list(self.meta.axis_names)})",
                 f"{array.ndim}-D array of shape {array.shape}",
             )
+        names = getattr(array.metadata, "dimension_names", None)
+        axes = list(self.meta.axis_names)
+        if names is not None and list(names) != axes:
+            warn(
+                f"{where}: the array's dimension_names {list(names)} are not the image's axes "
+                f"{axes}; the axes are used",
+                MetadataWarning,
+            )
         with translated_errors(where, metadata=True):
             reader = ChunkedArrayReader(array, self.backend, name=where)
         return Level(reader, self, i, ds.path)

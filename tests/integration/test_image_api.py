@@ -309,3 +309,17 @@ def test_legacy_levels_take_their_scale_from_their_shape(tmp_path):
     from linumpy_gpu.cli import main
 
     assert main(["validate", str(tmp_path / "v03.zarr")]) == 0
+
+
+def test_dimension_names_that_are_not_the_axes_are_reported(tmp_path):
+    root = zarr.open_group(str(tmp_path / "d.zarr"), mode="w", zarr_format=3)
+    root.create_array("0", shape=(8, 16), dtype="u1", chunks=(8, 8), dimension_names=["x", "y"])
+    axes = [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}]
+    ds = [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1, 1]}]}]
+    root.attrs["ome"] = {"version": "0.5", "multiscales": [{"axes": axes, "datasets": ds}]}
+    with pytest.warns(lg.MetadataWarning, match="dimension_names"):
+        img = lg.open_ome_zarr(tmp_path / "d.zarr")
+    assert img.axis_names == ("y", "x")
+    from linumpy_gpu.cli import main
+
+    assert main(["validate", str(tmp_path / "d.zarr")]) == 1
