@@ -300,7 +300,10 @@ def update_level(
     ``bar``: a tqdm-like bar advanced per storage unit written."""
     reader = ChunkedArrayReader(source, backend)
     reach = halo(factors, method)
-    for src, dst in _slabs(source.shape, source.dtype.itemsize, factors, region, slab_bytes):
+    coarse = writer.layout.shape
+    for src, dst in _slabs(
+        source.shape, source.dtype.itemsize, factors, region, slab_bytes, coarse
+    ):
         # read with the filter's reach on every side, so a slab's edges see the values
         # around them as a downsampling of the whole level does
         lo = [max(0, s.start - h) for s, h in zip(src, reach, strict=True)]
@@ -345,11 +348,14 @@ def units_updated(
     factors: Sequence[int],
     region: Any = None,
     slab_bytes: int = 512 << 20,
+    coarse: Sequence[int] | None = None,
 ) -> int:
-    """How many storage units (``unit``: the coarser level's shard or chunk shape)
-    :func:`update_level` writes for the same arguments: a progress bar's total."""
+    """How many storage units (``unit``: the coarser level's shard or chunk shape;
+    ``coarse``: its shape) :func:`update_level` writes for the same arguments: a progress
+    bar's total."""
     total = 0
-    for _, dst in _slabs(source.shape, source.dtype.itemsize, factors, region, slab_bytes):
+    slabs = _slabs(source.shape, source.dtype.itemsize, factors, region, slab_bytes, coarse)
+    for _, dst in slabs:
         total += math.prod(-(-d.stop // u) - d.start // u for d, u in zip(dst, unit, strict=True))
     return total
 
@@ -360,10 +366,13 @@ def _slabs(
     factors: Sequence[int],
     region: Any,
     slab_bytes: int,
+    coarse: Sequence[int] | None = None,
 ) -> Iterator[tuple[tuple[slice, ...], tuple[slice, ...]]]:
     """(source region, coarser-level region) pairs covering ``region`` (None = all) in
     slabs along the first axis, each read of at most about ``slab_bytes``; source regions
-    start on multiples of ``factors``, so each reduces to whole coarser elements."""
+    start on multiples of ``factors``, so each reduces to whole coarser elements. Where the
+    coarser level (of shape ``coarse``) dropped a partial last block on an axis, as writers
+    that round level shapes down do, its regions stop at its end."""
     if region is None:
         region = tuple(slice(0, n) for n in shape)
     lo = [r.start // f * f for r, f in zip(region, factors, strict=True)]
@@ -380,6 +389,10 @@ def _slabs(
             slice(s.start // f, s.start // f + -(-(s.stop - s.start) // f))
             for s, f in zip(src, factors, strict=True)
         )
+        if coarse is not None:
+            dst = tuple(slice(d.start, min(d.stop, n)) for d, n in zip(dst, coarse, strict=True))
+            if any(d.stop <= d.start for d in dst):
+                continue
         yield src, dst
 
 

@@ -202,7 +202,7 @@ class ChunkedArrayWriter:
         for k in range(len(units)):
             parts = frames[k * n_inner : (k + 1) * n_inner]
             regions = inner_regions[k * n_inner : (k + 1) * n_inner]
-            shards.append(_assemble_shard(parts, regions))
+            shards.append(_assemble_shard(parts, regions, layout.shard_index.crc32c))
         return shards, release
 
     def _region(
@@ -284,10 +284,13 @@ class ChunkedArrayWriter:
         write_file_atomically(path, blob)
 
 
-def _assemble_shard(frames: list[Buffer | None], regions: list[Any]) -> list[Buffer]:
+def _assemble_shard(
+    frames: list[Buffer | None], regions: list[Any], crc32c: bool = True
+) -> list[Buffer]:
     """Inner chunks back to back, then the index (offset, nbytes per inner chunk, C order)
-    and its crc32c, as zarr's sharding codec (index at the end) lays them out: the pieces
-    of the shard's file, written one after another without joining them in memory."""
+    and, where the array's index codecs say so (``crc32c``), its checksum, as zarr's
+    sharding codec (index at the end) lays them out: the pieces of the shard's file,
+    written one after another without joining them in memory."""
     import google_crc32c
 
     index = np.full((len(frames), 2), np.iinfo(np.uint64).max, dtype="<u8")
@@ -300,7 +303,9 @@ def _assemble_shard(frames: list[Buffer | None], regions: list[Any]) -> list[Buf
         parts.append(f)
         offset += len(f)
     raw_index = index.tobytes()
-    parts += [raw_index, google_crc32c.value(raw_index).to_bytes(4, "little")]
+    parts.append(raw_index)
+    if crc32c:
+        parts.append(google_crc32c.value(raw_index).to_bytes(4, "little"))
     return parts
 
 
@@ -308,7 +313,13 @@ def check_write_bounds(region: Any, shape: tuple[int, ...]) -> None:
     """Refuse slices that reach past the array (numpy would clip them silently, and a
     block written there would land somewhere the caller did not mean)."""
     items = region if isinstance(region, tuple) else (region,)
-    items = tuple(i for i in items if i is not Ellipsis)
+    if any(i is Ellipsis for i in items):
+        # the Ellipsis stands for the axes the other items leave: expand it in place, so
+        # the items after it meet the last axes, not the first
+        at = next(k for k, i in enumerate(items) if i is Ellipsis)
+        rest = tuple(i for i in items if i is not Ellipsis)
+        fill = (slice(None),) * max(0, len(shape) - len(rest))
+        items = rest[:at] + fill + rest[at:]
     for axis, (item, n) in enumerate(zip(items, shape, strict=False)):
         if isinstance(item, slice):
             for bound in (item.start, item.stop):

@@ -10,15 +10,17 @@ import numpy as np
 
 from linumpy_gpu import ngff
 from linumpy_gpu.backends.base import Backend
+from linumpy_gpu.core.selection import normalize_selection
 from linumpy_gpu.engine import ChunkedArrayReader
 from linumpy_gpu.errors import (
     InvalidMetadataError,
     LevelNotFoundError,
     MetadataWarning,
     NotFoundError,
+    WriteError,
     warn,
 )
-from linumpy_gpu.image._common import as_slices, format_bytes, join
+from linumpy_gpu.image._common import format_bytes, join
 from linumpy_gpu.image.level import Level
 from linumpy_gpu.io.stores import translated_errors
 from linumpy_gpu.progress import progress_bar
@@ -232,20 +234,28 @@ class MultiscaleImage:
         if progress is None:
             progress = self.levels[0]._reader.settings.progress
         shape0 = self.levels[0].shape
-        current = (
-            tuple(slice(0, n) for n in shape0)
-            if region is None
-            else tuple(
-                slice(*s.indices(n)[:2])
-                for s, n in zip(as_slices(region, len(shape0)), shape0, strict=True)
-            )
-        )
+        if region is None:
+            current = tuple(slice(0, n) for n in shape0)
+        else:
+            # numpy's basic indexing (negative indices, Ellipsis, numpy integers), as level
+            # reads take it; the bounds of what it selects on each axis
+            sel = normalize_selection(region, shape0)
+            current = tuple(slice(a.start, a.stop) for a in sel.axes)
         steps = []
         for i in range(1, len(self.levels)):
             finer, coarser = self.levels[i - 1], self.levels[i]
             factors = tuple(
                 max(1, round(a / b)) for a, b in zip(finer.shape, coarser.shape, strict=True)
             )
+            if any(
+                b not in (a // f, -(-a // f))
+                for a, b, f in zip(finer.shape, coarser.shape, factors, strict=True)
+            ):
+                raise WriteError(
+                    f"'{self.path}': level {i} of shape {coarser.shape} is not level {i - 1} "
+                    f"of shape {finer.shape} reduced by whole factors; update_pyramid "
+                    "recomputes only such pyramids"
+                )
             current = affected_region(current, finer.shape, factors, method)
             steps.append((finer, coarser, factors, current))
             current = tuple(
@@ -254,7 +264,13 @@ class MultiscaleImage:
         bar = None
         if progress and steps:
             total = sum(
-                units_updated(finer.zarr_array, coarser.shards or coarser.chunks, f, where)
+                units_updated(
+                    finer.zarr_array,
+                    coarser.shards or coarser.chunks,
+                    f,
+                    where,
+                    coarse=coarser.shape,
+                )
                 for finer, coarser, f, where in steps
             )
             bar = progress_bar(True, f"updating {self.name or 'pyramid'}", total=total)

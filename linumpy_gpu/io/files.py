@@ -225,7 +225,9 @@ class UnitLocks:
     _files_lock = threading.Lock()
 
     def __init__(self, array_dir: str):
-        self.path = os.path.join(array_dir, LOCK_FILE)
+        # the real path: one array reached through a symlink and through its own path
+        # must share one lock file descriptor and one set of thread locks
+        self.path = os.path.join(os.path.realpath(array_dir), LOCK_FILE)
 
     def _fd(self) -> int:
         with self._files_lock:

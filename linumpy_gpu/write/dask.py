@@ -46,6 +46,7 @@ from linumpy_gpu.image.dask import (
     store_spec,
 )
 from linumpy_gpu.io.files import destination_of
+from linumpy_gpu.write.levels import check_block_shape
 
 # Decoded bytes of the finer level one pyramid task reads (its output is a fraction of it),
 # per device kind: GPU reads have a fixed cost that only large reads hide.
@@ -181,7 +182,8 @@ def _level0_tasks(aligned: Any, target: ArraySource) -> Any:
     layer: dict[Any, Any] = {}
     for index in itertools.product(*(range(n) for n in aligned.numblocks)):
         starts = tuple(offsets[a][i] for a, i in enumerate(index))
-        layer[(name, *index)] = (write_block, target, (aligned.name, *index), starts)
+        declared = tuple(aligned.chunks[a][i] for a, i in enumerate(index))
+        layer[(name, *index)] = (write_block, target, (aligned.name, *index), starts, declared)
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[aligned])
     chunks = tuple((1,) * n for n in aligned.numblocks)
     return da.Array(graph, name, chunks, meta=np.empty((0,) * aligned.ndim, dtype=np.int64))
@@ -265,10 +267,13 @@ def _write(target: ArraySource, region: tuple[slice, ...], block: Any) -> int:
     return _units_in(starts, shape, writer)
 
 
-def write_block(target: ArraySource, block: Any, starts: tuple[int, ...]) -> np.ndarray:
-    """A dask task: write ``block`` (numpy or cupy) into ``target`` at ``starts``; the
-    number of storage units written, as a one-element array."""
-    region = tuple(slice(a, a + n) for a, n in zip(starts, block.shape, strict=True))
+def write_block(
+    target: ArraySource, block: Any, starts: tuple[int, ...], declared: tuple[int, ...]
+) -> np.ndarray:
+    """A dask task: write ``block`` (numpy or cupy, of the ``declared`` shape) into
+    ``target`` at ``starts``; the number of storage units written, as a one-element array."""
+    check_block_shape(block, declared, starts)
+    region = tuple(slice(a, a + n) for a, n in zip(starts, declared, strict=True))
     n = _write(target, region, block)
     return np.full((1,) * len(starts), n, dtype=np.int64)
 

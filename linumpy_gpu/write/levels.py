@@ -129,8 +129,21 @@ def _write_dask(writer: Any, data: Any, bar: Any) -> None:
     for index in np.ndindex(*aligned.numblocks):
         block = aligned.blocks[index].compute()
         starts = [sum(c[:k]) for c, k in zip(aligned.chunks, index, strict=True)]
-        region = tuple(slice(s, s + n) for s, n in zip(starts, block.shape, strict=True))
+        declared = tuple(c[k] for c, k in zip(aligned.chunks, index, strict=True))
+        check_block_shape(block, declared, index)
+        region = tuple(slice(s, s + n) for s, n in zip(starts, declared, strict=True))
         writer.write(region, block, progress=bar)
+
+
+def check_block_shape(block: Any, declared: tuple[int, ...], index: Any) -> None:
+    """A computed dask block must have the shape its array declares for it: a block that
+    came out smaller (a map_blocks that trims) would leave part of the level unwritten."""
+    if tuple(block.shape) != tuple(declared):
+        raise WriteError(
+            f"dask block {tuple(index)} computed to shape {tuple(block.shape)}, but the array "
+            f"declares {tuple(declared)} for it (a map_blocks whose output shape differs "
+            "from its chunks?); fix the chunks the dask array declares"
+        )
 
 
 def _progress_bar(progress: bool, plan: ImagePlan, label: str) -> Any:

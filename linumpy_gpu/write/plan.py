@@ -233,6 +233,16 @@ def _factors(levels: Any, shape: tuple[int, ...], axes: Sequence[Any]) -> list[t
             isinstance(f, int | np.integer) and not isinstance(f, bool) and f >= 1 for f in fs
         ):
             raise WriteError(f"each level's factors must be {ndim} integers >= 1, got {fs!r}")
+        reduced = [
+            a.name
+            for a, f in zip(axes, fs, strict=True)
+            if f != 1 and a.type in ("channel", "time")
+        ]
+        if reduced:
+            # averaging channels (or time points) together is not a pyramid of the image
+            raise WriteError(
+                f"level factors {tuple(fs)} reduce the channel or time axes {reduced}; use 1 there"
+            )
         out.append(tuple(int(f) for f in fs))
     return out
 

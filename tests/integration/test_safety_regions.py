@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import pytest
+import zarr
 
 import linumpy_gpu as lg
 from tests.conftest import to_numpy
@@ -296,3 +297,110 @@ def test_a_failed_region_write_leaves_no_partial_files_and_names_the_key(store, 
 
     assert without_locks(snapshot(store)) == without_locks(before)
     assert not list(store.rglob("*.partial"))
+
+
+def _ome_attrs(ndim: int = 3) -> dict:
+    axes = [{"name": n, "type": "space"} for n in "zyx"[-ndim:]]
+    ds = [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1] * ndim}]}]
+    return {"ome": {"version": "0.5", "multiscales": [{"axes": axes, "datasets": ds}]}}
+
+
+def test_region_writes_keep_a_shard_index_without_checksum(tmp_path):
+    """Shards whose index has no crc32c (zarr-python's and tensorstore's option) are
+    rewritten in that format: the shard stays readable by every reader."""
+    from zarr.codecs import BytesCodec, ShardingCodec, ZstdCodec
+
+    data = np.arange(32 * 32 * 32, dtype="u2").reshape(32, 32, 32)
+    root = zarr.open_group(tmp_path / "s.zarr", mode="w", zarr_format=3)
+    sharding = ShardingCodec(
+        chunk_shape=(8, 8, 8), codecs=[BytesCodec(), ZstdCodec()], index_codecs=[BytesCodec()]
+    )
+    root.create_array(
+        "0",
+        shape=data.shape,
+        dtype="u2",
+        chunks=(16, 16, 16),
+        serializer=sharding,
+        compressors=None,
+    )
+    root["0"][...] = data
+    root.attrs.put(_ome_attrs())
+    img = lg.open_ome_zarr(tmp_path / "s.zarr", mode="r+")
+    img[0][0:16, 0:16, 0:16] = np.full((16, 16, 16), 5, dtype="u2")
+    data[0:16, 0:16, 0:16] = 5
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "s.zarr" / "0", mode="r")[...], data)
+    np.testing.assert_array_equal(lg.open_ome_zarr(tmp_path / "s.zarr")[0][...], data)
+
+
+def test_writes_through_a_symlink_and_the_real_path_exclude_each_other(tmp_path):
+    """One store reached by two paths: the unit locks are the same, no write is lost."""
+    import threading
+
+    lg.write_ome_zarr(tmp_path / "real.zarr", np.zeros((8, 16, 16), dtype="u2"), chunks=(8, 16, 16))
+    os.symlink(tmp_path / "real.zarr", tmp_path / "link.zarr")
+    start = threading.Barrier(2)
+
+    def write(path, half, value):
+        img = lg.open_ome_zarr(path, mode="r+")
+        start.wait()
+        for _ in range(10):
+            img[0][:, half] = np.full((8, 8, 16), value, dtype="u2")
+
+    threads = [
+        threading.Thread(target=write, args=(tmp_path / "real.zarr", slice(0, 8), 1)),
+        threading.Thread(target=write, args=(tmp_path / "link.zarr", slice(8, 16), 2)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    got = lg.open_ome_zarr(tmp_path / "real.zarr")[0][...]
+    assert (got[:, 0:8] == 1).all() and (got[:, 8:16] == 2).all()
+
+
+def test_region_writes_with_an_ellipsis_meet_the_last_axes(tmp_path):
+    lg.write_ome_zarr(tmp_path / "e.zarr", np.zeros((20, 21, 22), dtype="u2"))
+    img = lg.open_ome_zarr(tmp_path / "e.zarr", mode="r+")
+    img[0][..., 0:22] = np.ones((20, 21, 22), dtype="u2")
+    assert (img[0][...] == 1).all()
+    with pytest.raises(lg.SelectionError, match="reaches past"):
+        img[0][..., 0:23] = np.ones((20, 21, 23), dtype="u2")
+
+
+def test_update_pyramid_takes_numpy_indices_and_refuses_levels_of_other_factors(tmp_path):
+    data = np.zeros((16, 16, 16), dtype="u2")
+    lg.write_ome_zarr(tmp_path / "p.zarr", data, chunks=(8, 8, 8), levels=2)
+    img = lg.open_ome_zarr(tmp_path / "p.zarr", mode="r+")
+    img[0][-2:] = np.full((2, 16, 16), 50, dtype="u2")
+    img.update_pyramid((-1,))
+    assert (zarr.open_array(tmp_path / "p.zarr" / "1", mode="r")[-1] == 50).all()
+    img.update_pyramid((Ellipsis, np.int64(3)))
+    root = zarr.open_group(tmp_path / "q.zarr", mode="w", zarr_format=3)
+    root.create_array("0", shape=(30, 30, 30), dtype="u2", chunks=(16, 16, 16))
+    root.create_array("1", shape=(20, 20, 20), dtype="u2", chunks=(16, 16, 16))
+    attrs = _ome_attrs()
+    attrs["ome"]["multiscales"][0]["datasets"].append(
+        {"path": "1", "coordinateTransformations": [{"type": "scale", "scale": [1.5] * 3}]}
+    )
+    root.attrs.put(attrs)
+    with pytest.raises(lg.WriteError, match="whole factors"):
+        lg.open_ome_zarr(tmp_path / "q.zarr", mode="r+").update_pyramid()
+
+
+def test_update_pyramid_of_levels_rounded_down(tmp_path):
+    """Writers such as ome-zarr-py round odd level shapes down: the update stops at the
+    coarser level's end instead of refusing the region."""
+    data = np.random.default_rng(0).integers(0, 1000, (9, 17, 15)).astype("u2")
+    root = zarr.open_group(tmp_path / "f.zarr", mode="w", zarr_format=3)
+    root.create_array("0", data=data, chunks=(8, 8, 8))
+    root.create_array("1", shape=(4, 8, 7), dtype="u2", chunks=(8, 8, 8))
+    attrs = _ome_attrs()
+    attrs["ome"]["multiscales"][0]["datasets"].append(
+        {"path": "1", "coordinateTransformations": [{"type": "scale", "scale": [2, 2, 2]}]}
+    )
+    root.attrs.put(attrs)
+    lg.open_ome_zarr(tmp_path / "f.zarr", mode="r+").update_pyramid()
+    from linumpy_gpu.engine.pyramid import downsample
+
+    expected = downsample(data, (2, 2, 2), "mean")[:4, :8, :7]
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "f.zarr" / "1")[...], expected)

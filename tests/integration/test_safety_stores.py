@@ -521,3 +521,20 @@ def test_what_we_write_opens_again_and_validates_with_ome_zarr_models(tmp_path, 
     else:
         from ome_zarr_models.v04.image import Image
     Image.from_zarr(group)  # raises on anything the spec forbids
+
+
+def test_dask_blocks_smaller_than_they_declare_are_refused(tmp_path):
+    import dask.array as da
+
+    declared = da.zeros((32, 16, 16), chunks=(16, 16, 16), dtype="u2")
+    trimmed = declared.map_blocks(lambda b: b[: b.shape[0] // 2], dtype="u2")
+    with pytest.raises(lg.WriteError, match="declares"):
+        lg.write_ome_zarr(tmp_path / "t.zarr", trimmed, chunks=(16, 16, 16))
+    assert not (tmp_path / "t.zarr").exists()
+
+
+def test_level_factors_on_the_channel_axis_are_refused(tmp_path):
+    data = np.zeros((4, 8, 16, 16), dtype="u2")
+    with pytest.raises(lg.WriteError, match="channel or time"):
+        lg.write_ome_zarr(tmp_path / "c.zarr", data, axes="czyx", levels=[(2, 2, 2, 2)])
+    assert not (tmp_path / "c.zarr").exists()
