@@ -46,7 +46,6 @@ from linumpy_gpu.image.dask import (
     store_spec,
 )
 from linumpy_gpu.io.files import destination_of
-from linumpy_gpu.write.levels import check_block_shape
 
 # Decoded bytes of the finer level one pyramid task reads (its output is a fraction of it),
 # per device kind: GPU reads have a fixed cost that only large reads hide.
@@ -265,6 +264,17 @@ def _write(target: ArraySource, region: tuple[slice, ...], block: Any) -> int:
     with config.set(target.settings), lock:
         writer.write(region, block)
     return _units_in(starts, shape, writer)
+
+
+def check_block_shape(block: Any, declared: tuple[int, ...], index: Any) -> None:
+    """A computed dask block must have the shape its array declares for it: a block that
+    came out smaller (a map_blocks that trims) would leave part of the level unwritten."""
+    if tuple(block.shape) != tuple(declared):
+        raise WriteError(
+            f"dask block {tuple(index)} computed to shape {tuple(block.shape)}, but the array "
+            f"declares {tuple(declared)} for it (a map_blocks whose output shape differs "
+            "from its chunks?); fix the chunks the dask array declares"
+        )
 
 
 def write_block(

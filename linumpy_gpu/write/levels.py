@@ -126,6 +126,8 @@ def _write_dask(writer: Any, data: Any, bar: Any) -> None:
     aligned = data.rechunk(
         tuple(max(u, (c[0] // u) * u) for u, c in zip(unit, data.chunks, strict=True))
     )
+    from linumpy_gpu.write.dask import check_block_shape
+
     for index in np.ndindex(*aligned.numblocks):
         block = aligned.blocks[index].compute()
         starts = [sum(c[:k]) for c, k in zip(aligned.chunks, index, strict=True)]
@@ -133,17 +135,6 @@ def _write_dask(writer: Any, data: Any, bar: Any) -> None:
         check_block_shape(block, declared, index)
         region = tuple(slice(s, s + n) for s, n in zip(starts, declared, strict=True))
         writer.write(region, block, progress=bar)
-
-
-def check_block_shape(block: Any, declared: tuple[int, ...], index: Any) -> None:
-    """A computed dask block must have the shape its array declares for it: a block that
-    came out smaller (a map_blocks that trims) would leave part of the level unwritten."""
-    if tuple(block.shape) != tuple(declared):
-        raise WriteError(
-            f"dask block {tuple(index)} computed to shape {tuple(block.shape)}, but the array "
-            f"declares {tuple(declared)} for it (a map_blocks whose output shape differs "
-            "from its chunks?); fix the chunks the dask array declares"
-        )
 
 
 def _progress_bar(progress: bool, plan: ImagePlan, label: str) -> Any:
