@@ -933,6 +933,9 @@ def _channels_for(src: MultiscaleImage, version: str) -> list[Any] | None:
     import numpy as np
 
     channels = list(src.channels)
+    if len(channels) > 1 and "c" not in src.axis_names:
+        _note(f"the source lists {len(channels)} channels but has no 'c' axis: not copied")
+        return None
     if version != "0.4" or all(c.window is not None for c in channels):
         return channels or None
     dtype = src.levels[0].dtype

@@ -13,7 +13,7 @@ import numpy as np
 
 from linumpy_gpu import ngff
 from linumpy_gpu.engine.pyramid import METHODS, pyramid_factors
-from linumpy_gpu.errors import InvalidMetadataError, WriteError
+from linumpy_gpu.errors import InvalidMetadataError, MetadataWarning, WriteError, warn
 from linumpy_gpu.ngff import build
 from linumpy_gpu.ngff.model import Channel
 
@@ -273,9 +273,18 @@ def _channels(channels: Any, axes: list[str], shape: tuple[int, ...]) -> list[Ch
         label = ch.get("label")
         if label is not None and not isinstance(label, str):
             raise WriteError(f"channel label must be a string, got {label!r}")
+        unwritten = sorted(set(ch) - {"label", "color", "window", "active"})
+        if unwritten:
+            warn(
+                f"channel keys {unwritten} are not written (only label, color, window and "
+                "active are)",
+                MetadataWarning,
+            )
         out.append(Channel(label, color.upper() if color else None, window, ch.get("active")))
     if out and "c" in axes and len(out) != shape[axes.index("c")]:
         raise WriteError(f"{len(out)} channels for a 'c' axis of length {shape[axes.index('c')]}")
+    if len(out) > 1 and "c" not in axes:
+        raise WriteError(f"{len(out)} channels for an image without a 'c' axis ({axes})")
     return out
 
 

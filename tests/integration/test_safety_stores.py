@@ -538,3 +538,15 @@ def test_level_factors_on_the_channel_axis_are_refused(tmp_path):
     with pytest.raises(lg.WriteError, match="channel or time"):
         lg.write_ome_zarr(tmp_path / "c.zarr", data, axes="czyx", levels=[(2, 2, 2, 2)])
     assert not (tmp_path / "c.zarr").exists()
+
+
+def test_channels_the_image_cannot_hold_and_keys_not_written(tmp_path):
+    data = np.zeros((8, 16, 16), dtype="u2")
+    two = [{"label": "a"}, {"label": "b"}]
+    with pytest.raises(lg.WriteError, match="without a 'c' axis"):
+        lg.write_ome_zarr(tmp_path / "n.zarr", data, axes="zyx", channels=two)
+    with pytest.warns(lg.MetadataWarning, match="inverted"):
+        img = lg.write_ome_zarr(
+            tmp_path / "k.zarr", data, axes="zyx", channels=[{"label": "a", "inverted": True}]
+        )
+    assert [c.label for c in img.channels] == ["a"]
