@@ -223,14 +223,7 @@ class ChunkedArrayReader:
         profile["batches"] = n_batches
         profile["chunks"] = len(plan)
         self.last_profile = profile
-        if damaged:
-            keys = ", ".join(e.key for e in damaged[:10])
-            more = f" and {len(damaged) - 10} more" if len(damaged) > 10 else ""
-            warn(
-                f"{self.name}: {len(damaged)} damaged chunk(s) replaced by the fill value: "
-                f"{keys}{more}; first: {damaged[0].reason}",
-                DamagedChunkWarning,
-            )
+        _warn_damaged(self.name, damaged)
         return result
 
     def read_regions(self, regions: Sequence[Any], progress: Any = None) -> list[Any]:
@@ -762,7 +755,7 @@ class ChunkedArrayReader:
             try:
                 part = np.asarray(self.array[region]).astype(layout.dtype, copy=False)
             except Exception as exc:
-                if isinstance(exc, OSError | MemoryError) or translate(exc, self.name):
+                if isinstance(exc, OSError | MemoryError) or translate(exc, self.name) is not None:
                     raise
                 key = self._delegated_key(task.coords)
                 error = ChunkDecodeError(self.name, key, str(exc) or type(exc).__name__)
@@ -772,13 +765,7 @@ class ChunkedArrayReader:
                 fill(work, task.out_region, layout.fill_value)
                 continue
             work[task.out_region] = self.backend.from_any(part)
-        if damaged:
-            keys = ", ".join(e.key for e in damaged[:10])
-            warn(
-                f"{self.name}: {len(damaged)} damaged chunk(s) replaced by the fill value: "
-                f"{keys}; first: {damaged[0].reason}",
-                DamagedChunkWarning,
-            )
+        _warn_damaged(self.name, damaged)
 
     def _delegated_key(self, coords: tuple[int, ...]) -> str:
         """The store key of chunk ``coords`` (the shard's, with the inner chunk's place)."""
@@ -789,6 +776,19 @@ class ChunkedArrayReader:
         shard = tuple(c // p for c, p in zip(coords, per, strict=True))
         local = tuple(c % p for c, p in zip(coords, per, strict=True))
         return f"{layout.storage_key(shard)} (inner chunk {local})"
+
+
+def _warn_damaged(name: str, damaged: Sequence[ChunkDecodeError]) -> None:
+    """With ``on_damaged="fill"``: one warning naming the damaged chunks of a read."""
+    if not damaged:
+        return
+    keys = ", ".join(e.key for e in damaged[:10])
+    more = f" and {len(damaged) - 10} more" if len(damaged) > 10 else ""
+    warn(
+        f"{name}: {len(damaged)} damaged chunk(s) replaced by the fill value: "
+        f"{keys}{more}; first: {damaged[0].reason}",
+        DamagedChunkWarning,
+    )
 
 
 class _Targets:

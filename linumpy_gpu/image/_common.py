@@ -2,15 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-
-def as_slices(region: Any, ndim: int) -> tuple[slice, ...]:
-    """``region`` (integers and slices) as one slice per axis of ``ndim``."""
-    region = region if isinstance(region, tuple) else (region,)
-    region = tuple(slice(r, r + 1) if isinstance(r, int) else r for r in region)
-    return region + (slice(None),) * (ndim - len(region))
-
 
 def join(*parts: str) -> str:
     """Store path parts joined with ``/``."""
