@@ -951,10 +951,22 @@ def _channels_for(src: MultiscaleImage, version: str) -> list[Any] | None:
 
 
 def _source_factors(src: MultiscaleImage) -> list[tuple[int, ...]]:
-    return [
-        tuple(max(1, round(a / b)) for a, b in zip(f.shape, c.shape, strict=True))
-        for f, c in zip(src.levels, src.levels[1:], strict=False)
-    ]
+    """The source pyramid's factors, to compute the same pyramid again; for levels that
+    are not whole-factor reductions, the nearest whole factors, with a note."""
+    from linumpy_gpu.errors import WriteError
+
+    try:
+        return src.reduction_factors("convert")
+    except WriteError:
+        factors = [
+            tuple(max(1, round(a / b)) for a, b in zip(f.shape, c.shape, strict=True))
+            for f, c in zip(src.levels, src.levels[1:], strict=False)
+        ]
+        _note(
+            f"'{src.path}': its levels are not whole-factor reductions of each other; the "
+            f"pyramid is computed with the nearest whole factors {factors}"
+        )
+        return factors
 
 
 def _pyramid_method(src: MultiscaleImage) -> str:

@@ -431,7 +431,7 @@ def write_coarser_levels(
     for start in range(0, data.shape[axis], step):
         piece = data[(slice(None),) * axis + (slice(start, start + step),)]
         for level, f, shape in zip(levels, factors, shapes, strict=True):
-            piece = downsample(piece, f, method, whole_shape=shape)
+            piece = level.crop(downsample(piece, f, method, whole_shape=shape))
             level.add(piece, xp, bar)
     for level in levels:
         level.flush(bar)
@@ -453,6 +453,17 @@ class _PendingRows:
         self.buffer: Any = None
         self.filled = 0  # rows of the buffer in use
         self.written = 0  # rows of the level already written
+
+    def crop(self, rows: Any) -> Any:
+        """``rows`` (the next ones of the level, as downsampling gives them: ``n / f``
+        rounded up) without what lies beyond the level's shape, where the level rounds
+        down (a label image matching an image that a writer rounded so)."""
+        shape = self.writer.layout.shape
+        left = shape[self.axis] - self.written - self.filled
+        keep = tuple(slice(0, left if a == self.axis else n) for a, n in enumerate(shape))
+        return (
+            rows[keep] if any(k.stop < m for k, m in zip(keep, rows.shape, strict=True)) else rows
+        )
 
     def add(self, rows: Any, xp: Any, bar: Any) -> None:
         taken = 0

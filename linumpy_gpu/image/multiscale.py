@@ -242,20 +242,8 @@ class MultiscaleImage:
             sel = normalize_selection(region, shape0)
             current = tuple(slice(a.start, a.stop) for a in sel.axes)
         steps = []
-        for i in range(1, len(self.levels)):
+        for i, factors in enumerate(self.reduction_factors("update_pyramid"), start=1):
             finer, coarser = self.levels[i - 1], self.levels[i]
-            factors = tuple(
-                max(1, round(a / b)) for a, b in zip(finer.shape, coarser.shape, strict=True)
-            )
-            if any(
-                b not in (a // f, -(-a // f))
-                for a, b, f in zip(finer.shape, coarser.shape, factors, strict=True)
-            ):
-                raise WriteError(
-                    f"'{self.path}': level {i} of shape {coarser.shape} is not level {i - 1} "
-                    f"of shape {finer.shape} reduced by whole factors; update_pyramid "
-                    "recomputes only such pyramids"
-                )
             current = affected_region(current, finer.shape, factors, method)
             steps.append((finer, coarser, factors, current))
             current = tuple(
@@ -282,6 +270,34 @@ class MultiscaleImage:
         finally:
             if bar is not None:
                 bar.close()
+
+    def reduction_factors(self, purpose: str = "this") -> list[tuple[int, ...]]:
+        """Per level after the first, the whole factors by which it reduces the level
+        before it on each axis: the ratio of their scales where that is a whole number the
+        shapes agree with, else the ratio of the shapes. A level of ``n / f`` elements
+        rounded up (as this package writes) or down (as ome-zarr-py writes) counts as
+        reduced by ``f``. Raises :class:`WriteError` (naming ``purpose``) for a level that
+        is not such a reduction."""
+        out = []
+        for i in range(1, len(self.levels)):
+            finer, coarser = self.levels[i - 1].shape, self.levels[i].shape
+            ratios = [1.0] * len(finer)
+            if self.exact:
+                ratios = [b / a for a, b in zip(self.scale(i - 1), self.scale(i), strict=True)]
+            factors = []
+            for a, b, r in zip(finer, coarser, ratios, strict=True):
+                # the scales tell 3 -> 1 reduced by 2 (rounded down) from reduced by 3
+                f = round(r)
+                if not (f >= 1 and abs(r - f) <= 1e-6 * f and b in (a // f, -(-a // f))):
+                    f = max(1, round(a / max(b, 1)))
+                if b not in (a // f, -(-a // f)):
+                    raise WriteError(
+                        f"'{self.path}': level {i} of shape {coarser} is not level {i - 1} of "
+                        f"shape {finer} reduced by whole factors; {purpose} needs such a pyramid"
+                    )
+                factors.append(f)
+            out.append(tuple(factors))
+        return out
 
     def _repr_html_(self) -> str:
         """An HTML summary for Jupyter: levels, axes, channels, labels and a thumbnail (see

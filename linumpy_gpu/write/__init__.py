@@ -196,10 +196,8 @@ def write_labels(
         label_block["image-label"]["properties"] = props
     if parent.version == "0.4":
         label_block["image-label"]["version"] = "0.4"
-    factors = [
-        tuple(max(1, round(a / b)) for a, b in zip(f.shape, c.shape, strict=True))
-        for f, c in zip(parent.levels, parent.levels[1:], strict=False)
-    ]
+    # the label pyramid has the image's level shapes, rounded as the image's writer rounded
+    factors = parent.reduction_factors("a label image")
     plan = plan_image(
         data,
         axes=parent.axis_names,
@@ -213,6 +211,7 @@ def write_labels(
         name=name,
         extra_block=label_block,
         where=f"{parent.path}/labels/{name}",
+        shapes=[level.shape for level in parent.levels],
     )
     if not isinstance(overwrite, bool):
         raise InvalidArgumentError(f"overwrite must be True or False, got {overwrite!r}")

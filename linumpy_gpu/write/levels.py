@@ -114,6 +114,8 @@ def _write_pyramid(
     for i, writer in enumerate(writers):
         if i:
             current = downsample(current, factors[i - 1], method)
+            # a level rounded down (matching another pyramid) drops the partial last block
+            current = current[tuple(slice(0, n) for n in writer.layout.shape)]
         writer.write((), current, progress=bar)
         written.append(str(i))
 

@@ -64,9 +64,12 @@ def plan_image(
     compression_level: int = 3,
     checksum: bool = True,
     extra_block: dict[str, Any] | None = None,
+    shapes: Sequence[Sequence[int]] | None = None,
 ) -> ImagePlan:
     """Check every argument and build the metadata the write will produce (validated as a
-    reader will read it), touching nothing."""
+    reader will read it), touching nothing. ``shapes``: the level shapes to write, where
+    they must match another pyramid's (a label image's, its image's): each ``n / f``
+    rounded up or down; by default rounded up."""
     if not all(hasattr(data, a) for a in ("shape", "dtype", "ndim")):
         raise WriteError(f"data must be a numpy, cupy or dask array, got {type(data).__name__}")
     ndim = int(data.ndim)
@@ -125,7 +128,7 @@ def plan_image(
             )
     chans = _channels(channels, axis_names, shape)
     codec_kwargs = _codec_kwargs(version, compressor, compression_level, checksum)
-    shapes = _level_shapes(shape, factors)
+    shapes = _level_shapes(shape, factors, shapes)
     scales, translations = _level_transforms(scale_t, translation_t, factors)
     block: dict[str, Any] = {
         "multiscales": [
@@ -323,10 +326,29 @@ def _codec_kwargs(version: str, compressor: Any, level: Any, checksum: Any) -> d
     return {"compressors": numcodecs.Zstd(level=int(level))}
 
 
-def _level_shapes(shape: Sequence[int], factors: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+def _level_shapes(
+    shape: Sequence[int],
+    factors: list[tuple[int, ...]],
+    given: Sequence[Sequence[int]] | None = None,
+) -> list[tuple[int, ...]]:
     shapes = [tuple(int(n) for n in shape)]
-    for f in factors:
-        shapes.append(tuple(-(-n // k) for n, k in zip(shapes[-1], f, strict=True)))
+    if given is not None and (
+        len(given) != len(factors) + 1 or tuple(int(n) for n in given[0]) != shapes[0]
+    ):
+        raise WriteError(f"level shapes {[tuple(g) for g in given]} for data of shape {shape}")
+    for i, f in enumerate(factors):
+        finer = shapes[-1]
+        if given is None:
+            shapes.append(tuple(-(-n // k) for n, k in zip(finer, f, strict=True)))
+            continue
+        wanted = tuple(int(n) for n in given[i + 1])
+        if len(wanted) != len(finer) or any(
+            m < 1 or m not in (n // k, -(-n // k)) for m, n, k in zip(wanted, finer, f, strict=True)
+        ):
+            raise WriteError(
+                f"level {i + 1} of shape {wanted} is not level {i} of shape {finer} reduced by {f}"
+            )
+        shapes.append(wanted)
     return shapes
 
 

@@ -404,3 +404,64 @@ def test_update_pyramid_of_levels_rounded_down(tmp_path):
 
     expected = downsample(data, (2, 2, 2), "mean")[:4, :8, :7]
     np.testing.assert_array_equal(zarr.open_array(tmp_path / "f.zarr" / "1")[...], expected)
+
+
+def _floor_rounded_image(path, data, levels):
+    """An image whose level shapes are rounded down, as ome-zarr-py writes them."""
+    from linumpy_gpu.engine.pyramid import downsample
+
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    attrs = _ome_attrs()
+    datasets = attrs["ome"]["multiscales"][0]["datasets"]
+    level = data
+    for i in range(levels):
+        if i:
+            finer = level.shape
+            level = downsample(level, (2, 2, 2), "nearest")
+            level = level[tuple(slice(0, n // 2) for n in finer)]
+            datasets.append(
+                {
+                    "path": str(i),
+                    "coordinateTransformations": [{"type": "scale", "scale": [2.0**i] * 3}],
+                }
+            )
+        root.create_array(str(i), data=np.ascontiguousarray(level), chunks=(4, 4, 4))
+    root.attrs.put(attrs)
+    return [tuple(a.shape) for _, a in sorted(root.arrays())]
+
+
+def test_update_pyramid_reads_the_factor_from_the_scales(tmp_path):
+    """7 -> 3 -> 1 rounded down is a reduction by 2 at each level, not by 3 at the last
+    (which the shapes alone would suggest)."""
+    data = np.arange(7 * 7 * 7, dtype="u2").reshape(7, 7, 7)
+    shapes = _floor_rounded_image(tmp_path / "s.zarr", data, 3)
+    assert shapes == [(7, 7, 7), (3, 3, 3), (1, 1, 1)]
+    lg.open_ome_zarr(tmp_path / "s.zarr", mode="r+").update_pyramid(method="mean")
+    from linumpy_gpu.engine.pyramid import downsample
+
+    one = downsample(data, (2, 2, 2), "mean")[:3, :3, :3]
+    two = downsample(one, (2, 2, 2), "mean")[:1, :1, :1]
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "s.zarr" / "2")[...], two)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("method", ["nearest", "mode"])
+def test_label_pyramids_match_an_image_rounded_down(tmp_path, method, lazy):
+    data = np.random.default_rng(1).integers(0, 9, (9, 17, 15)).astype("u2")
+    shapes = _floor_rounded_image(tmp_path / "r.zarr", data, 3)
+    assert shapes == [(9, 17, 15), (4, 8, 7), (2, 4, 3)]
+    labels = (data % 4).astype("u4")
+    source = labels
+    if lazy:
+        import dask.array as da
+
+        source = da.from_array(labels, chunks=(4, 8, 8))
+    out = lg.write_labels(tmp_path / "r.zarr", "cells", source, method=method, chunks=(4, 4, 4))
+    assert [level.shape for level in out.levels] == shapes
+    from linumpy_gpu.engine.pyramid import downsample
+
+    expected = labels
+    for i, shape in enumerate(shapes):
+        if i:
+            expected = downsample(expected, (2, 2, 2), method)[tuple(slice(0, n) for n in shape)]
+        np.testing.assert_array_equal(out[i][...], expected)
