@@ -66,7 +66,9 @@ class Level:
         if layout.chunk is not None:
             return layout.codec_names
         arr = self._reader.array
-        return tuple(type(c).__name__ for c in (*arr.filters, *arr.compressors))
+        if arr.metadata.zarr_format == 3:
+            return _codec_texts(arr.metadata.codecs)
+        return _codec_texts((*arr.filters, *arr.compressors))
 
     @property
     def nbytes(self) -> int:
@@ -242,3 +244,17 @@ class Level:
             f"{shards}, dtype={self.dtype}, codecs={list(self.codecs)}, "
             f"{format_bytes(self.nbytes)}, device={self.device}>"
         )
+
+
+def _codec_texts(codecs: Any) -> tuple[str, ...]:
+    """Short texts for zarr-python codec objects, a sharding codec with its chunks' codecs
+    inside it (the plain bytes serializer left out, as the engine's own names leave it)."""
+    out = []
+    for codec in codecs:
+        inner = getattr(codec, "codecs", None)
+        if inner is not None:
+            shape = tuple(getattr(codec, "chunk_shape", ()))
+            out.append(f"sharding(chunks={shape}: {', '.join(_codec_texts(inner)) or 'raw'})")
+        elif type(codec).__name__ != "BytesCodec":
+            out.append(type(codec).__name__)
+    return tuple(out)

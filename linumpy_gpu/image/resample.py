@@ -84,23 +84,54 @@ def resample_level(
     offset = inverse[:ndim, :ndim] @ low + inverse[:ndim, ndim]
     data = level.read(tuple(slice(a.start, a.start + a.count) for a in sel.axes))
     xp, ndimage = _modules(data)
-    work = data.astype(np.float32, copy=False) if order and data.dtype.kind in "biu" else data
-    out = ndimage.affine_transform(
-        work,
-        xp.asarray(along),
-        offset=xp.asarray(offset),
-        output_shape=shape,
-        order=order,
-        mode="constant",
-        cval=0.0,
-    )
-    if work is not data:
-        info = np.iinfo(data.dtype) if data.dtype.kind in "iu" else None
-        out = xp.rint(out)
-        if info is not None:
-            out = xp.clip(out, info.min, info.max)
+
+    def transform(values: Any) -> Any:
+        return ndimage.affine_transform(
+            values,
+            xp.asarray(along),
+            offset=xp.asarray(offset),
+            output_shape=shape,
+            order=order,
+            mode="constant",
+            cval=0.0,
+        )
+
+    if data.dtype.kind in "iu" and data.dtype.itemsize == 8:
+        out = _resample_wide_integers(data, order, transform, xp)
+    elif order and data.dtype.kind in "biu" or data.dtype == np.float16:
+        # the filters compute in a float that holds every value of the dtype exactly
+        exact = np.float32 if data.dtype.itemsize <= 2 else np.float64
+        out = transform(data.astype(exact))
+        if data.dtype.kind in "biu":
+            info = np.iinfo(data.dtype) if data.dtype.kind in "iu" else None
+            out = xp.rint(out)
+            if info is not None:
+                out = xp.clip(out, info.min, info.max)
         out = out.astype(data.dtype)
+    else:
+        out = transform(data)
     return Resampled(out, tuple(float(v) for v in low), tuple(float(v) for v in step))
+
+
+def _resample_wide_integers(data: Any, order: int, transform: Any, xp: Any) -> Any:
+    """64-bit integers, which the filters' float64 does not hold beyond 2**53: nearest
+    neighbours move the two 32-bit halves of each value (exact); interpolation is refused
+    where a value is too large to interpolate exactly."""
+    if order:
+        largest = int(xp.abs(data).max()) if data.dtype.kind == "i" else int(data.max())
+        if largest > 2**53:
+            raise InvalidArgumentError(
+                f"{data.dtype} values up to {largest} are beyond what interpolation keeps "
+                "exactly (2**53); resample with order=0 (nearest neighbour)"
+            )
+        out = xp.rint(transform(data.astype(np.float64)))
+        info = np.iinfo(data.dtype)
+        return xp.clip(out, float(info.min), float(info.max)).astype(data.dtype)
+    unsigned = data.view(np.uint64)
+    low = transform((unsigned & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+    high = transform((unsigned >> np.uint64(32)).astype(np.uint32))
+    out = (high.astype(np.uint64) << np.uint64(32)) | low.astype(np.uint64)
+    return out.view(data.dtype)
 
 
 def _modules(data: Any) -> tuple[Any, Any]:

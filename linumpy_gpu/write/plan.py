@@ -129,7 +129,7 @@ def plan_image(
     chans = _channels(channels, axis_names, shape)
     codec_kwargs = _codec_kwargs(version, compressor, compression_level, checksum)
     shapes = _level_shapes(shape, factors, shapes)
-    scales, translations = _level_transforms(scale_t, translation_t, factors)
+    scales, translations = _level_transforms(scale_t, translation_t, factors, method)
     block: dict[str, Any] = {
         "multiscales": [
             build.multiscales_block(
@@ -353,13 +353,20 @@ def _level_shapes(
 
 
 def _level_transforms(
-    scale: tuple[float, ...], translation: tuple[float, ...], factors: list[tuple[int, ...]]
+    scale: tuple[float, ...],
+    translation: tuple[float, ...],
+    factors: list[tuple[int, ...]],
+    method: str,
 ) -> tuple[list[list[float]], list[list[float]]]:
     scales, translations = [list(scale)], [list(translation)]
+    # a block's mean or mode sits at the block's centre, half a (new) voxel in from the
+    # finer level's first voxel; "nearest" and "gaussian" sample the first voxel itself
+    centred = method in ("mean", "mode")
     for f in factors:
         s, t = scales[-1], translations[-1]
-        # a level's voxel centre sits half a (new) voxel in from the previous level's
-        translations.append([tt + (k - 1) * ss / 2 for tt, k, ss in zip(t, f, s, strict=True)])
+        if centred:
+            t = [tt + (k - 1) * ss / 2 for tt, k, ss in zip(t, f, s, strict=True)]
+        translations.append(list(t))
         scales.append([ss * k for ss, k in zip(s, f, strict=True)])
     return scales, translations
 

@@ -323,3 +323,38 @@ def test_dimension_names_that_are_not_the_axes_are_reported(tmp_path):
     from linumpy_gpu.cli import main
 
     assert main(["validate", str(tmp_path / "d.zarr")]) == 1
+
+
+@pytest.mark.parametrize(("method", "shift"), [("mean", 0.5), ("nearest", 0.0), ("gaussian", 0.0)])
+def test_level_translations_place_each_method_s_samples(tmp_path, method, shift):
+    """A level's translation is where its values come from: a block's centre for a mean,
+    the block's first voxel for nearest and gaussian sampling."""
+    data = np.broadcast_to(np.arange(16, dtype="f4"), (4, 16, 16)).copy()  # value = x
+    img = lg.write_ome_zarr(tmp_path / "t.zarr", data, levels=2, method=method, device="cpu")
+    assert img.translation(1)[2] == pytest.approx(shift)
+    assert img[1][0, 0, 1:4].tolist() == pytest.approx(
+        [img.translation(1)[2] + img.scale(1)[2] * k for k in range(1, 4)]
+    )
+
+
+def test_codecs_of_levels_zarr_python_decodes_are_all_named(tmp_path):
+    """Nested sharding (read through zarr-python) lists every codec, inner ones too."""
+    from zarr.codecs import BytesCodec, GzipCodec, ShardingCodec
+
+    root = zarr.open_group(tmp_path / "n.zarr", mode="w", zarr_format=3)
+    inner = ShardingCodec(chunk_shape=(2, 2, 2), codecs=[BytesCodec(), GzipCodec()])
+    root.create_array(
+        "0",
+        shape=(8, 8, 8),
+        dtype="u2",
+        chunks=(8, 8, 8),
+        serializer=ShardingCodec(chunk_shape=(4, 4, 4), codecs=[inner]),
+        compressors=None,
+    )
+    axes = [{"name": n, "type": "space"} for n in "zyx"]
+    datasets = [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1] * 3}]}]
+    root.attrs.put(
+        {"ome": {"version": "0.5", "multiscales": [{"axes": axes, "datasets": datasets}]}}
+    )
+    codecs = lg.open_ome_zarr(tmp_path / "n.zarr")[0].codecs
+    assert codecs == ("sharding(chunks=(4, 4, 4): sharding(chunks=(2, 2, 2): GzipCodec))",)

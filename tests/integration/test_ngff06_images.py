@@ -527,3 +527,42 @@ def test_a_06_plate_we_read_is_valid_against_the_06_schema(tmp_path):
         _validate(_attributes(path / well_path), "well")
         for field in ("0", "1"):
             _validate(_attributes(path / well_path / field), "image")
+
+
+def _identity_placed(path, data) -> None:
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    root.create_array("0", data=data, chunks=(2, 4, 4))
+    axes = [{"name": n, "type": "space"} for n in "zyx"]
+    scale = [{"type": "scale", "scale": [1.0, 1.0, 1.0]}]
+    datasets = [{"path": "0", "coordinateTransformations": scale}]
+    root.attrs.put(
+        {"ome": {"version": "0.5", "multiscales": [{"axes": axes, "datasets": datasets}]}}
+    )
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value", "order"),
+    [
+        ("uint32", 2**24 + 1, 1),
+        ("int32", -(10**8) - 1, 1),
+        ("int64", 2**40 + 1, 1),
+        ("uint64", 2**63 + 12345, 0),
+        ("int64", -(2**60) - 1, 0),
+        ("float16", 0.1, 1),
+    ],
+)
+def test_resampling_on_the_level_grid_keeps_every_value(tmp_path, device, dtype, value, order):
+    """Values of every dtype come back unchanged where the output grid is the input's:
+    wide integers are not squeezed through a float that cannot hold them."""
+    data = np.full((4, 8, 8), value, dtype=dtype)
+    data[1, 2, 3] = 0
+    _identity_placed(tmp_path / "w.zarr", data)
+    out = lg.open_ome_zarr(tmp_path / "w.zarr", device=device)[0].resample(order=order)
+    assert out.data.dtype == data.dtype
+    np.testing.assert_array_equal(to_numpy(out.data), data)
+
+
+def test_interpolating_integers_beyond_2_53_is_refused(tmp_path):
+    _identity_placed(tmp_path / "b.zarr", np.full((4, 8, 8), 2**60 + 1, dtype="int64"))
+    with pytest.raises(lg.InvalidArgumentError, match="order=0"):
+        lg.open_ome_zarr(tmp_path / "b.zarr")[0].resample(order=1)
