@@ -660,13 +660,15 @@ def _convert(args: argparse.Namespace) -> int:
     from linumpy_gpu.image import MultiscaleImage, open_ome_zarr
     from linumpy_gpu.image._common import format_bytes
     from linumpy_gpu.io.files import built_beside, check_replaceable
+    from linumpy_gpu.io.stores import local_path
 
     progress = _progress(args)
     if args.levels is not None and args.levels < 1:
         raise InvalidArgumentError(f"--levels must be at least 1, got {args.levels}")
     _check_not_overlapping(args.src, args.dst)
-    local = _local(args.dst)
-    target = os.path.abspath(_strip_file(args.dst)) if local else args.dst
+    local_target = local_path(args.dst)
+    local = local_target is not None
+    target = local_target if local_target is not None else args.dst
     if local and os.path.lexists(target):
         if not args.overwrite:
             raise StoreExistsError(f"'{args.dst}' exists; pass --overwrite to replace it")
@@ -824,32 +826,16 @@ def _dims(values: Sequence[int] | None) -> str:
     return "x".join(str(v) for v in values or ())
 
 
-def _local(path: str) -> bool:
-    from linumpy_gpu.io.stores import split_protocol
-
-    protocol, _ = split_protocol(path)
-    return protocol in (None, "file")
-
-
 def _check_not_overlapping(src: str, dst: str) -> None:
-    """Refuse a DST that is SRC, inside it or around it: writing it would destroy the
-    source while it is read."""
+    """Refuse a DST that is SRC, inside it or around it, however either is spelled:
+    writing it would destroy the source while it is read."""
     from linumpy_gpu.errors import InvalidArgumentError
+    from linumpy_gpu.io.stores import overlapping
 
-    if _local(src) and _local(dst):
-        a = os.path.realpath(_strip_file(src))
-        b = os.path.realpath(_strip_file(dst))
-        same = a == b or a.startswith(b + os.sep) or b.startswith(a + os.sep)
-    else:
-        same = src.rstrip("/") == dst.rstrip("/")
-    if same:
+    if overlapping(src, dst):
         raise InvalidArgumentError(
             f"DST '{dst}' is the source '{src}' or inside or around it; write to another path"
         )
-
-
-def _strip_file(path: str) -> str:
-    return path[len("file://") :] if path.startswith("file://") else path
 
 
 def _layout(

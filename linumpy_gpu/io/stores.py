@@ -64,6 +64,43 @@ def split_protocol(path: str) -> tuple[str | None, str]:
     return None, path
 
 
+# Protocols fsspec serves from this machine's file system: the store is a local folder.
+_LOCAL_PROTOCOLS = ("file", "local")
+# Spellings fsspec gives one protocol.
+_PROTOCOL_ALIASES = {"s3a": "s3", "gcs": "gs", "abfs": "az"}
+
+
+def local_path(path: str) -> str | None:
+    """The absolute folder a local spelling names (a path, ``~/x``, ``file://``,
+    ``local://``, in any case), or None for a URL of another protocol."""
+    protocol, rest = split_protocol(path)
+    if protocol is None or protocol in _LOCAL_PROTOCOLS:
+        return os.path.abspath(os.path.expanduser(rest))
+    return None
+
+
+def overlapping(a: str, b: str) -> bool:
+    """Whether the stores at ``a`` and ``b`` (paths or URLs, spelled as users spell them)
+    are the same, or one lies inside the other: writing one would change the other.
+    Local paths are compared after links are resolved; URLs by protocol and key, with
+    repeated and edge slashes ignored (a store spelled two ways counts as one)."""
+    places = []
+    for text in (a, b):
+        folder = local_path(text)
+        if folder is not None:
+            places.append(("", os.path.realpath(folder)))
+            continue
+        protocol, rest = split_protocol(text)
+        key = "/".join(part for part in rest.split("/") if part not in ("", "."))
+        places.append((_PROTOCOL_ALIASES.get(protocol or "", protocol or ""), "/" + key))
+    (pa, ka), (pb, kb) = places
+    if pa != pb:
+        return False
+    sep = os.sep if pa == "" else "/"
+    ka, kb = ka.rstrip(sep) or sep, kb.rstrip(sep) or sep
+    return ka == kb or ka.startswith(kb.rstrip(sep) + sep) or kb.startswith(ka.rstrip(sep) + sep)
+
+
 def locate(
     path: Any,
     *,
@@ -82,7 +119,7 @@ def locate(
         if not isinstance(text, str):
             raise InvalidArgumentError(f"store paths must be text, got {path!r}")
         protocol, rest = split_protocol(text)
-        if protocol == "file":
+        if protocol in _LOCAL_PROTOCOLS:
             text, protocol = rest, None
         if protocol is None:
             return _local(text, read_only, must_exist)

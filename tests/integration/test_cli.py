@@ -478,6 +478,35 @@ def test_convert_refuses_its_own_source(image_path, tmp_path, capsys):
     assert capsys.readouterr().err.count("linumpy-gpu: error: ") == 3
 
 
+def test_convert_refuses_its_own_source_however_spelled(image_path, tmp_path, capsys, monkeypatch):
+    """Another spelling of the source (a URL of the local file system in any case, ``~``,
+    a URL with other slashes, one around the other) is the source too: refused."""
+    monkeypatch.setenv("HOME", str(image_path.parent))
+    before = snapshot(image_path)
+    for dst in (
+        f"local://{image_path}",
+        f"FILE://{image_path}",
+        f"file://{image_path.parent}",
+        f"~/{image_path.name}",
+    ):
+        assert main(["convert", str(image_path), dst, "--overwrite"]) == 2
+    assert main(["convert", f"~/{image_path.name}", str(image_path), "--overwrite"]) == 2
+    assert snapshot(image_path) == before
+    lg.write_ome_zarr("memory://bk/coll.zarr/img", _volume())
+    for src, dst in (
+        ("memory://bk/coll.zarr/img", "memory:///bk//coll.zarr/img/"),
+        ("memory://bk/coll.zarr/img", "memory://bk/coll.zarr"),
+    ):
+        assert main(["convert", src, dst, "--overwrite", "--no-progress"]) == 2
+    assert lg.open_ome_zarr("memory://bk/coll.zarr/img")[0][...].max() > 0
+    assert capsys.readouterr().err.count("linumpy-gpu: error: ") == 7
+
+
+def test_convert_to_an_upper_case_file_url_writes_that_folder(image_path, tmp_path):
+    assert main(["convert", str(image_path), f"FILE://{tmp_path}/out.zarr", "--no-progress"]) == 0
+    assert lg.open_ome_zarr(tmp_path / "out.zarr")[0].shape == lg.open_ome_zarr(image_path)[0].shape
+
+
 def test_convert_refuses_plates(tmp_path, capsys):
     plate = _plate(tmp_path / "plate.zarr")
     assert main(["convert", str(plate), str(tmp_path / "o.zarr")]) == 2
