@@ -43,14 +43,25 @@ def downsample(
     divides = all(n % f == 0 for n, f in zip(shape, factors, strict=True))
     blocks = divides and all(n % f == 0 for n, f in zip(a.shape, factors, strict=True))
     if method == "gaussian":
-        out = _gaussian(a.astype(work_dtype, copy=False), factors, xp)
-        return _cast_back(out[tuple(slice(None, None, f) for f in factors)], a.dtype, xp)
+        sample = tuple(slice(None, None, f) for f in factors)
+        out = _gaussian(a.astype(work_dtype, copy=False), factors, xp)[sample]
+        if a.dtype.kind == "f" and bool(xp.isinf(out).any()):
+            # the filters add the two values at each distance first, which overflows near
+            # the dtype's largest value: halved (exact), the sums stay in range
+            half = a.astype(work_dtype) * work_dtype.type(0.5)
+            out = _gaussian(half, factors, xp)[sample] * work_dtype.type(2)
+        return _cast_back(out, a.dtype, xp)
     if a.dtype.kind in "iu":
         if blocks and _exact_in_integers(a.dtype, factors):
             return _by_slabs(_integer_mean, a, factors, xp)
         # wider integers: exact sums in 64 bits (a float64 mean loses the low bits of
         # values beyond 2**53 and rounds the largest ones out of range)
         return _wide_integer_mean(a, factors, blocks, xp)
+    if a.dtype.itemsize < 8:
+        # 16- and 32-bit floats are summed in float64: exact for all but the widest spread
+        # of exponents, so numpy and cupy, whose summation orders differ, give the same
+        # means, and no sum overflows
+        work_dtype = np.dtype(np.float64)
     with np.errstate(over="ignore"):  # an overflow is caught below, not warned about
         out = _float_mean(a, factors, blocks, work_dtype, xp)
     if a.dtype.kind == "f" and bool(xp.isinf(out).any()):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import threading
 import time
 from collections import deque
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from linumpy_gpu import config
-from linumpy_gpu.errors import StoreError, StorePermissionError
+from linumpy_gpu.errors import StoreError
 from linumpy_gpu.io.sources import (
     DISK_THREADS,
     REPROBE,
@@ -28,6 +27,7 @@ from linumpy_gpu.io.sources import (
     Allocator,
     ByteRequest,
     LocalFileSource,
+    open_regular,
     spans_in_file,
 )
 
@@ -257,21 +257,29 @@ class KvikioFileSource(LocalFileSource):
             try:
                 for key, members in by_key.items():
                     opened += 1
+                    path = self.path_of(key)
                     pinned = requests[members[0]].fd
+                    own = None
+                    if pinned is None:
+                        # opened here first (a FIFO refused before a read can block on it),
+                        # then by kvikio through this handle: kvikio opens a file twice
+                        # (with and without O_DIRECT) and reads parts through each, so both
+                        # must be this version of the file, whatever replaces the path
+                        held = open_regular(path)
+                        if held is None:
+                            continue  # a missing chunk: the fill value
+                        own = held[0]
                     # a pinned file is read through its open handle: the version its index
                     # came from, whatever replaced the path since
-                    path = f"/proc/self/fd/{pinned}" if pinned is not None else self.path_of(key)
-                    # refused before opening: kvikio's open would block on a FIFO
-                    if pinned is None and not _regular_file(path):
-                        continue  # a missing chunk: the fill value
                     try:
-                        handle = kvikio.CuFile(path, "r")
+                        handle = kvikio.CuFile(
+                            f"/proc/self/fd/{pinned if own is None else own}", "r"
+                        )
                     except (RuntimeError, OSError) as exc:  # kvikio raises RuntimeError
-                        if not os.path.exists(path):  # removed since: the fill value
-                            continue
-                        if not os.access(path, os.R_OK):
-                            raise StorePermissionError(f"'{path}': permission denied") from exc
                         raise StoreError(f"could not open '{path}': {exc}") from exc
+                    finally:
+                        if own is not None:
+                            os.close(own)
                     group = _ReadGroup(path, handle)
                     in_flight.append(group)
                     size = os.fstat(handle.fileno()).st_size
@@ -328,19 +336,3 @@ class KvikioFileSource(LocalFileSource):
             group.handle.close()
         if error is not None:
             raise StoreError(f"could not read {group.path}: {error}") from error
-
-
-def _regular_file(path: str) -> bool:
-    """True for a regular file, False where nothing is; anything else is refused."""
-    try:
-        info = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    except OSError as exc:
-        raise StoreError(f"'{path}': {exc.strerror or exc}") from exc
-    if not stat.S_ISREG(info.st_mode):
-        raise StoreError(
-            f"'{path}' is not a regular file (a folder, FIFO or device where a stored object "
-            "should be)"
-        )
-    return True

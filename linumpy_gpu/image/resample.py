@@ -96,8 +96,10 @@ def resample_level(
             cval=0.0,
         )
 
-    if data.dtype.kind in "iu" and data.dtype.itemsize == 8:
-        out = _resample_wide_integers(data, order, transform, xp)
+    if data.dtype.kind in "iu" and data.dtype.itemsize >= 4 and not order:
+        out = _move_in_16_bit_parts(data, transform, xp)
+    elif data.dtype.kind in "iu" and data.dtype.itemsize == 8:
+        out = _interpolate_wide_integers(data, transform, xp)
     elif order and data.dtype.kind in "biu" or data.dtype == np.float16:
         # the filters compute in a float that holds every value of the dtype exactly
         exact = np.float32 if data.dtype.itemsize <= 2 else np.float64
@@ -113,25 +115,31 @@ def resample_level(
     return Resampled(out, tuple(float(v) for v in low), tuple(float(v) for v in step))
 
 
-def _resample_wide_integers(data: Any, order: int, transform: Any, xp: Any) -> Any:
-    """64-bit integers, which the filters' float64 does not hold beyond 2**53: nearest
-    neighbours move the two 32-bit halves of each value (exact); interpolation is refused
-    where a value is too large to interpolate exactly."""
-    if order:
-        largest = int(xp.abs(data).max()) if data.dtype.kind == "i" else int(data.max())
-        if largest > 2**53:
-            raise InvalidArgumentError(
-                f"{data.dtype} values up to {largest} are beyond what interpolation keeps "
-                "exactly (2**53); resample with order=0 (nearest neighbour)"
-            )
-        out = xp.rint(transform(data.astype(np.float64)))
-        info = np.iinfo(data.dtype)
-        return xp.clip(out, float(info.min), float(info.max)).astype(data.dtype)
-    unsigned = data.view(np.uint64)
-    low = transform((unsigned & np.uint64(0xFFFFFFFF)).astype(np.uint32))
-    high = transform((unsigned >> np.uint64(32)).astype(np.uint32))
-    out = (high.astype(np.uint64) << np.uint64(32)) | low.astype(np.uint64)
+def _move_in_16_bit_parts(data: Any, transform: Any, xp: Any) -> Any:
+    """Nearest neighbours of 32- and 64-bit integers, exact: the filters may carry values
+    in a float32 (cupyx does), which holds 16-bit parts exactly but not whole values, so
+    each 16-bit part of the values moves on its own and the parts are joined again."""
+    width = data.dtype.itemsize * 8
+    unsigned = data.view(f"u{data.dtype.itemsize}")
+    out = transform((unsigned & 0xFFFF).astype(np.uint16)).astype(unsigned.dtype)
+    for shift in range(16, width, 16):
+        part = ((unsigned >> shift) & 0xFFFF).astype(np.uint16)
+        out |= transform(part).astype(unsigned.dtype) << shift
     return out.view(data.dtype)
+
+
+def _interpolate_wide_integers(data: Any, transform: Any, xp: Any) -> Any:
+    """64-bit integers interpolated in float64, which holds them exactly up to 2**53;
+    larger values are refused rather than rounded."""
+    largest = max(abs(int(data.min())), abs(int(data.max())))
+    if largest > 2**53:
+        raise InvalidArgumentError(
+            f"{data.dtype} values up to {largest} are beyond what interpolation keeps "
+            "exactly (2**53); resample with order=0 (nearest neighbour)"
+        )
+    out = xp.rint(transform(data.astype(np.float64)))
+    info = np.iinfo(data.dtype)
+    return xp.clip(out, float(info.min), float(info.max)).astype(data.dtype)
 
 
 def _modules(data: Any) -> tuple[Any, Any]:

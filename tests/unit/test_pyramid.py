@@ -101,6 +101,16 @@ def test_float_means_near_the_largest_value_stay_finite(dtype, shape):
     np.testing.assert_array_equal(got.ravel()[1:], np.full(got.size - 1, a[1, 1]))
 
 
+@pytest.mark.parametrize("dtype", ["f2", "f4", "f8"])
+def test_gaussian_levels_near_the_largest_value_stay_finite(dtype):
+    """The filter adds the two values at each distance before weighting them: near the
+    dtype's largest value that sum overflows, but the level must not."""
+    a = np.full((6, 8), np.finfo(dtype).max * 0.9, dtype=dtype)
+    got = downsample(a, (2, 2), "gaussian")
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(got.astype("f8"), a[::2, ::2].astype("f8"), rtol=1e-3)
+
+
 def test_large_mean_downsample_in_slabs_equals_the_whole():
     """Inputs large enough to be reduced in slabs on several threads give the values the
     whole-array reduction gives."""
