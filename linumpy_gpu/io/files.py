@@ -14,6 +14,7 @@ import ctypes
 import errno
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from linumpy_gpu.errors import StoreError, StoreExistsError, StorePermissionError
 
@@ -75,6 +77,33 @@ def is_zarr_store(path: str) -> bool:
     return any(os.path.isfile(os.path.join(path, m)) for m in ZARR_MARKERS)
 
 
+def _metadata_document(folder: str, name: str) -> dict[str, Any]:
+    try:
+        with open(os.path.join(folder, name), "rb") as f:
+            document = json.loads(f.read(1 << 20) or b"{}")
+    except (OSError, ValueError):
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+def _is_zarr_array(folder: str) -> bool:
+    """Whether ``folder`` holds a zarr array (v3 or v2), not a group."""
+    if os.path.isfile(os.path.join(folder, ".zarray")):
+        return True
+    return _metadata_document(folder, "zarr.json").get("node_type") == "array"
+
+
+def _is_multiscale_image(folder: str) -> bool:
+    """Whether ``folder`` is an OME-Zarr multiscale image (v3 or v2 attributes): what lies
+    inside it (its levels, its labels group) is part of it."""
+    attributes = _metadata_document(folder, "zarr.json").get("attributes")
+    if isinstance(attributes, dict):
+        ome = attributes.get("ome")
+        if "multiscales" in attributes or (isinstance(ome, dict) and "multiscales" in ome):
+            return True
+    return "multiscales" in _metadata_document(folder, ".zattrs")
+
+
 def check_replaceable(target: str) -> None:
     """Refuse to replace ``target`` unless it is a zarr store or an empty folder: an
     ``overwrite=True`` aimed at the wrong folder must not delete what we did not write."""
@@ -88,6 +117,11 @@ def check_replaceable(target: str) -> None:
         raise StoreExistsError(
             f"'{target}' exists and is not a zarr store (no zarr.json, .zgroup or .zattrs at "
             "its top level); refusing to replace it: choose another path or remove it yourself"
+        )
+    if _is_zarr_array(target) or _is_multiscale_image(os.path.dirname(target.rstrip(os.sep))):
+        raise StoreExistsError(
+            f"'{target}' is an array or a part of another image's store; refusing to replace "
+            "it: write the image to a path of its own"
         )
     if not os.access(target, os.W_OK | os.X_OK):
         # a store made read-only is protected by its owner (and its files could not be

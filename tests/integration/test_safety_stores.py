@@ -157,6 +157,25 @@ def test_overwrite_never_replaces_what_is_not_a_zarr_store(tmp_path, kind):
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("part", ["0", "labels", "plain-array"])
+def test_overwrite_never_replaces_a_part_of_another_store(tmp_path, part):
+    """A level of an image, its labels group, or a zarr array is not a store to replace
+    (a path completed one folder too deep)."""
+    image = tmp_path / "img.zarr"
+    lg.write_ome_zarr(image, volume(), levels=2, device="cpu")
+    lg.write_labels(image, "cells", (volume() % 3).astype("u1"))
+    if part == "plain-array":
+        zarr.create_array(tmp_path / "plain-array", shape=(4,), dtype="u1")
+        target = tmp_path / "plain-array"
+    else:
+        target = image / part
+    before = snapshot(tmp_path)
+    with pytest.raises(lg.StoreExistsError, match="refusing"):
+        lg.write_ome_zarr(target, volume(), overwrite=True, device="cpu")
+    assert snapshot(tmp_path) == before
+    np.testing.assert_array_equal(lg.open_ome_zarr(image)[0][...], volume())
+
+
 def test_overwrite_of_an_empty_folder_is_allowed(tmp_path):
     target = tmp_path / "empty"
     target.mkdir()
