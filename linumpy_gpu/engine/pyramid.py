@@ -13,6 +13,8 @@ from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.errors import InvalidArgumentError
 
 METHODS = ("mean", "nearest", "mode", "gaussian")
+# The methods whose levels hold only values of the finer level: for label images.
+LABEL_METHODS = ("mode", "nearest")
 
 
 def array_module(a: Any) -> Any:

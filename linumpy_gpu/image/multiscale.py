@@ -13,6 +13,7 @@ from linumpy_gpu.backends.base import Backend
 from linumpy_gpu.core.selection import normalize_selection
 from linumpy_gpu.engine import ChunkedArrayReader
 from linumpy_gpu.errors import (
+    InvalidArgumentError,
     InvalidMetadataError,
     LevelNotFoundError,
     MetadataWarning,
@@ -221,16 +222,28 @@ class MultiscaleImage:
     ) -> None:
         """Recompute the lower levels under ``region`` of level 0 (slices; None = all),
         after region writes into level 0. ``method`` defaults to the one the metadata
-        records (``type``), else "mean". ``progress``: a progress bar (default: the
-        ``progress`` setting)."""
+        records (``type``), else "mean" for images and "nearest" for label images (whose
+        levels hold only values of level 0: "mode" or "nearest"). ``progress``: a progress
+        bar (default: the ``progress`` setting)."""
         from linumpy_gpu.engine.pyramid import (
+            LABEL_METHODS,
             METHODS,
             affected_region,
             units_updated,
             update_level,
         )
 
-        method = method or (self.meta.type if self.meta.type in METHODS else "mean")
+        labels = self.image_label is not None
+        recorded = self.meta.type if self.meta.type in METHODS else None
+        if labels and recorded not in LABEL_METHODS:
+            recorded = None
+        method = method or recorded or ("nearest" if labels else "mean")
+        if labels and method not in LABEL_METHODS:
+            # a mean of two labels is a third label that names nothing
+            raise InvalidArgumentError(
+                f"'{self.path}' is a label image: its levels are computed with 'mode' or "
+                f"'nearest', not {method!r}"
+            )
         if progress is None:
             progress = self.levels[0]._reader.settings.progress
         shape0 = self.levels[0].shape

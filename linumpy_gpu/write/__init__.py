@@ -21,6 +21,7 @@ import zarr
 
 from linumpy_gpu import config, ngff
 from linumpy_gpu.backends import resolve_backend
+from linumpy_gpu.engine.pyramid import LABEL_METHODS
 from linumpy_gpu.errors import (
     InvalidArgumentError,
     StoreExistsError,
@@ -35,7 +36,6 @@ from linumpy_gpu.ngff.model import Channel
 from linumpy_gpu.write.levels import write_image
 from linumpy_gpu.write.plan import ImagePlan, label_colors, plan_image, zarr_format_of
 
-LABEL_METHODS = ("mode", "nearest")
 # Label names become folder names: plain names only.
 _LABEL_NAME = re.compile(r"[^/\\\x00-\x1f]+")
 

@@ -465,3 +465,22 @@ def test_label_pyramids_match_an_image_rounded_down(tmp_path, method, lazy):
         if i:
             expected = downsample(expected, (2, 2, 2), method)[tuple(slice(0, n) for n in shape)]
         np.testing.assert_array_equal(out[i][...], expected)
+
+
+def test_update_pyramid_of_a_label_image_keeps_its_labels(tmp_path):
+    """A label image whose metadata records no method (ome-zarr-py writes none) is
+    updated with nearest sampling, never a mean, which would invent labels."""
+    img = lg.write_ome_zarr(tmp_path / "i.zarr", np.zeros((8, 16, 16), "u2"), levels=2)
+    labels = lg.write_labels(img, "cells", np.zeros((8, 16, 16), "u1"))
+    group = zarr.open_group(tmp_path / "i.zarr" / "labels" / "cells", mode="r+")
+    attrs = group.attrs.asdict()
+    for multiscale in attrs["ome"]["multiscales"]:
+        multiscale.pop("type", None)
+    group.attrs.put(attrs)
+    labels = lg.open_ome_zarr(tmp_path / "i.zarr" / "labels" / "cells", mode="r+")
+    checker = np.where(np.indices((8, 16, 16)).sum(0) % 2 == 0, 1, 5).astype("u1")
+    labels[0][...] = checker
+    labels.update_pyramid()
+    assert set(np.unique(labels[1][...]).tolist()) <= {1, 5}
+    with pytest.raises(lg.InvalidArgumentError, match="label image"):
+        labels.update_pyramid(method="mean")
