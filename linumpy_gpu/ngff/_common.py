@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from linumpy_gpu.errors import InvalidMetadataError, MetadataWarning, NotOmeZarrError, warn
 from linumpy_gpu.ngff.model import (
@@ -322,8 +322,10 @@ def dataset_entries(
     for i, ds in enumerate(raw):
         field = f"{prefix}.datasets[{i}]"
         path = ds.get("path") if isinstance(ds, Mapping) else None
-        if not isinstance(path, str) or not path:
-            raise InvalidMetadataError(where, f"{field}.path", "a non-empty string", ds)
+        if not is_child_path(path):
+            raise InvalidMetadataError(
+                where, f"{field}.path", "a non-empty path inside the image's group", ds
+            )
         if path in seen:
             raise InvalidMetadataError(
                 where, f"{field}.path", "a path no other level of the pyramid uses", path
@@ -460,11 +462,20 @@ def parse_omero(omero: Any, where: str, *, mode: str) -> tuple[Channel, ...]:
 # -- labels ---------------------------------------------------------------------------------------
 
 
+def is_child_path(path: Any) -> TypeGuard[str]:
+    """Whether ``path`` names a node below the group whose metadata holds it: a non-empty
+    relative path without empty, ``.`` or ``..`` parts (which zarr refuses, or which name
+    a node outside the group)."""
+    return isinstance(path, str) and all(part not in ("", ".", "..") for part in path.split("/"))
+
+
 def parse_labels_group(block: Mapping[str, Any], where: str) -> tuple[str, ...]:
     """The ``labels`` list of a labels group: paths of its label images."""
     labels = block.get("labels")
-    if not isinstance(labels, list) or not all(isinstance(x, str) and x for x in labels):
-        raise InvalidMetadataError(where, "labels", "a list of label image paths", labels)
+    if not isinstance(labels, list) or not all(is_child_path(x) for x in labels):
+        raise InvalidMetadataError(
+            where, "labels", "a list of label image paths inside the labels group", labels
+        )
     return tuple(labels)
 
 
@@ -627,8 +638,8 @@ def parse_well(block: Mapping[str, Any], version: str, where: str, *, path_rule:
     for i, im in enumerate(images):
         field = f"well.images[{i}]"
         path = im.get("path") if isinstance(im, Mapping) else None
-        if not isinstance(path, str):
-            raise InvalidMetadataError(where, f"{field}.path", "a string", im)
+        if not is_child_path(path):
+            raise InvalidMetadataError(where, f"{field}.path", "a path inside the well", im)
         if path_rule == "alphanumeric" and not ALPHANUMERIC.fullmatch(path):
             raise InvalidMetadataError(where, f"{field}.path", "letters and digits only", path)
         if path_rule == "node-name" and (

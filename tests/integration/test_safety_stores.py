@@ -569,3 +569,24 @@ def test_channels_the_image_cannot_hold_and_keys_not_written(tmp_path):
             tmp_path / "k.zarr", data, axes="zyx", channels=[{"label": "a", "inverted": True}]
         )
     assert [c.label for c in img.channels] == ["a"]
+
+
+@pytest.mark.parametrize("listed", ["..", ".", "a/../b", "/abs"])
+def test_metadata_paths_outside_their_group_are_invalid_metadata(tmp_path, listed):
+    """A labels listing or a level path that leaves its group is invalid metadata, on
+    open and in ``validate``, never zarr's own error."""
+    from linumpy_gpu.cli import main
+
+    path = tmp_path / "img.zarr"
+    lg.write_ome_zarr(path, volume(), device="cpu")
+    labels = zarr.open_group(path / "labels", mode="w", zarr_format=3)
+    labels.attrs.put({"ome": {"version": "0.5", "labels": [listed]}})
+    with pytest.raises(lg.InvalidMetadataError, match="labels"):
+        lg.open_ome_zarr(path).labels
+    assert main(["validate", str(path)]) == 1
+    root = zarr.open_group(path, mode="r+")
+    attrs = root.attrs.asdict()
+    attrs["ome"]["multiscales"][0]["datasets"][0]["path"] = listed
+    root.attrs.put(attrs)
+    with pytest.raises(lg.InvalidMetadataError, match="datasets"):
+        lg.open_ome_zarr(path)
