@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -87,8 +88,16 @@ def _open_group(path: Any, mode: str, storage_options: dict[str, Any] | None) ->
         where = _group_where(path)
         if mode == "r+" and path.store.read_only:
             raise StorePermissionError(
-                f"'{where}': the zarr.Group's store is read-only; open it with mode='r+'"
+                f"'{where}': the zarr.Group's store is read-only; open the group with "
+                "zarr.open_group(..., mode='r+') to write through it"
             )
+        if mode == "r" and not path.store.read_only:
+            # mode="r" holds whatever the group was opened with: writes are refused (a
+            # store class that cannot make a read-only copy of itself is used as it is)
+            with contextlib.suppress(NotImplementedError), translated_errors(where, metadata=True):
+                path = zarr.open_group(
+                    store=path.store.with_read_only(True), path=path.path, mode="r"
+                )
         return path, where
     if isinstance(path, zarr.Array):
         raise NotOmeZarrError(

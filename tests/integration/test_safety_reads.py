@@ -328,6 +328,19 @@ def test_zarr_groups_and_stores_are_accepted(store):
     assert by_group.path == str(store)
 
 
+def test_a_writable_zarr_group_opened_read_only_refuses_writes(store):
+    """mode="r" holds for a zarr.Group too, whatever mode the group was opened in."""
+    group = zarr.open_group(store, mode="r+")
+    img = lg.open_ome_zarr(group, mode="r")
+    with pytest.raises(lg.StorePermissionError):
+        img[0][0, 0, 0] = 1
+    with pytest.raises(lg.StorePermissionError):
+        img.update_pyramid()
+    np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], volume())
+    lg.open_ome_zarr(group, mode="r+")[0][0, 0, 0] = 7
+    assert lg.open_ome_zarr(store)[0][0, 0, 0] == 7
+
+
 def test_a_zarr_array_is_not_an_image(store):
     with pytest.raises(lg.NotOmeZarrError, match="array"):
         lg.open_ome_zarr(zarr.open_array(store / "0", mode="r"))
