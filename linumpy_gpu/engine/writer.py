@@ -337,7 +337,16 @@ def check_castable(block: Any, dtype: np.dtype, name: str) -> None:
     if src == dtype or np.can_cast(src, dtype, "safe"):
         return
     if src.kind == "f" and dtype.kind == "f":
-        return  # a narrower float: rounding, as numpy's assignment does
+        # a narrower float rounds, as numpy's assignment does; finite values beyond its
+        # range would become infinities
+        bound = float(np.finfo(dtype).max)
+        magnitude = abs(block)
+        if bool(((magnitude > bound) & (magnitude != float("inf"))).any()):
+            raise WriteError(
+                f"{name}: values beyond {bound:g} do not fit the array's dtype {dtype}; "
+                "scale or clip them first"
+            )
+        return
     if src.kind in "biu" and dtype.kind in "iu" and bool(getattr(block, "size", 1)):
         info = np.iinfo(dtype)
         low, high = int(block.min()), int(block.max())

@@ -58,6 +58,17 @@ def test_bad_blocks_are_refused_and_the_store_is_unchanged(store, case):
     assert snapshot(store) == before
 
 
+def test_float_values_beyond_a_narrower_float_level_are_refused(tmp_path):
+    """float64 values that float32 cannot hold would be stored as infinities."""
+    lg.write_ome_zarr(tmp_path / "f.zarr", np.zeros((4, 8, 8), "f4"), device="cpu")
+    img = lg.open_ome_zarr(tmp_path / "f.zarr", mode="r+")
+    with pytest.raises(lg.WriteError, match="float32"):
+        img[0][0, 0, 0:2] = np.array([1e300, -1e40])
+    img[0][0, 0, 0:3] = np.array([1.5, np.inf, np.nan])  # rounding and non-finite values stay
+    got = img[0][0, 0, 0:3]
+    assert got[0] == 1.5 and np.isinf(got[1]) and np.isnan(got[2])
+
+
 BAD_REGIONS = {
     "past_end": (slice(10, 20),),
     "start_past_end": (slice(17, 18),),
