@@ -7,6 +7,7 @@ the bytes of batch k+1 are fetched while batch k is decoded and assembled.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import threading
 import time
@@ -37,6 +38,7 @@ from linumpy_gpu.errors import (
     CodecError,
     DamagedChunkWarning,
     InvalidArgumentError,
+    InvalidMetadataError,
     LinumpyGpuError,
     StoreError,
     warn,
@@ -255,16 +257,40 @@ class ChunkedArrayReader:
         result: list[Any] = self._within_memory(attempt, out_nbytes, whole_level)
         return result
 
-    def check_unchanged(self) -> None:
+    def check_unchanged(self, writing: bool = False) -> None:
         """Refuse to read or write through metadata that is no longer the array's: the
-        store was replaced (``write_ome_zarr(..., overwrite=True)``) since it was opened."""
+        store was replaced (``write_ome_zarr(..., overwrite=True)``) since it was opened.
+        Where the source cannot tell versions (object stores), a write (``writing``)
+        compares the array's metadata as stored now with what it was: chunks encoded for
+        another layout would damage the array they land in."""
         if self._metadata_version is None:
-            return  # a source that cannot tell versions
+            if writing and not self._same_metadata():
+                raise StoreError(
+                    f"'{self.name}' was replaced since it was opened (its metadata changed); "
+                    "open the store again"
+                )
+            return
         if self._versions([self._metadata_key])[0] != self._metadata_version:
             raise StoreError(
                 f"'{self.name}' was replaced since it was opened (its metadata changed); "
                 "open the store again"
             )
+
+    def _same_metadata(self) -> bool:
+        """Whether the array's metadata as stored now equals what it was when opened."""
+        import zarr
+
+        def text(metadata: Any) -> str:
+            return json.dumps(metadata.to_dict(), sort_keys=True, default=str)
+
+        try:
+            with translated_errors(self.name, metadata=True):
+                now = zarr.open_array(
+                    store=self.array.store, path=self.array.store_path.path, mode="r"
+                )
+        except (StoreError, InvalidMetadataError, FileNotFoundError):
+            return False
+        return text(now.metadata) == text(self.array.metadata)
 
     def _versions(self, keys: Sequence[str]) -> list[Hashable | None]:
         versions = getattr(self.source, "versions", None)

@@ -250,6 +250,36 @@ def cached_reader(source: ArraySource) -> ChunkedArrayReader:
     return _cached(key, make, info)
 
 
+def sources_read(data: Any) -> list[ArraySource]:
+    """The arrays of this package that the dask array ``data`` reads (its graph's
+    :class:`ArraySource` arguments), e.g. to refuse replacing a store that a lazy array
+    still reads from."""
+    found: dict[int, ArraySource] = {}
+    pending = list(dict(data.__dask_graph__()).values())
+    seen: set[int] = set()
+    while pending:
+        item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, ArraySource):
+            found[id(item)] = item
+        elif isinstance(item, tuple | list | set | frozenset):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+        else:
+            # dask's task objects keep their function's arguments here
+            for name in ("args", "kwargs", "value", "func"):
+                inner = getattr(item, name, None)
+                if isinstance(inner, tuple | list | dict | ArraySource) or hasattr(inner, "args"):
+                    pending.append(inner)
+            partial_args = getattr(item, "keywords", None)
+            if isinstance(partial_args, dict):
+                pending.extend(partial_args.values())
+    return list(found.values())
+
+
 def reader_identity(reader: ChunkedArrayReader) -> tuple[Any, ...]:
     """What a worker checks the array it opens against: the layout, and for local files
     the metadata file's inode, size and times (the same on every node of a shared file

@@ -133,6 +133,7 @@ def write_ome_zarr(
                 _progress_label,
             )
         return open_image(target, device=backend)
+    _check_not_reading_from(data, location.where, location.store)
     root = _remote_group(location.store, "", plan, overwrite, location.where)
     write_image(root, data, plan, backend, progress, location.where, _progress_label)
     if location.protocol is not None:
@@ -160,7 +161,7 @@ def write_labels(
     Replacing a label image (``overwrite=True``) touches that label image only."""
     parent = image if isinstance(image, MultiscaleImage) else open_image(image)
     # a handle opened before the image was replaced must not write into its successor
-    parent.levels[0]._reader.check_unchanged()
+    parent.levels[0]._reader.check_unchanged(writing=True)
     if not parent.exact:
         raise WriteError(
             f"'{parent.path}' places level 0 with a transformation other than scale and "
@@ -230,6 +231,7 @@ def write_labels(
     else:
         if getattr(store, "read_only", False):
             store = store.with_read_only(False)
+        _check_not_reading_from(data, where, None)
         label_root = _remote_group(store, f"{labels_path}/{name}", plan, overwrite, where)
         write_image(label_root, data, plan, backend, False, where)
     # the listing is read, extended and written back: one writer at a time (other
@@ -302,6 +304,27 @@ def _remote_group(store: Any, path: str, plan: ImagePlan, overwrite: bool, where
         if existing == "zarr" and not overwrite:
             raise StoreExistsError(f"'{where}' exists; pass overwrite=True to replace it")
         return zarr.open_group(store=store, path=path, mode="w", zarr_format=plan.zarr_format)
+
+
+def _check_not_reading_from(data: Any, where: str, store: Any) -> None:
+    """Refuse dask ``data`` that reads from the store about to be written at ``where``
+    (``store``: its store object): without a folder to build beside, an existing store is
+    removed before the new one is written, and the data would then read fill values."""
+    if not type(data).__module__.startswith("dask"):
+        return
+    from linumpy_gpu.image.dask import sources_read
+    from linumpy_gpu.io.stores import overlapping
+
+    for source in sources_read(data):
+        spec = source.store
+        if (store is not None and spec.store is store) or (
+            spec.kind == "url" and overlapping(source.where, where)
+        ):
+            raise WriteError(
+                f"the data reads from '{source.where}', which writing '{where}' replaces: "
+                "on an object store the old store is removed before the new one is written; "
+                "write to another path, or compute the data first"
+            )
 
 
 def _existing_node(store: Any, path: str) -> str | None:

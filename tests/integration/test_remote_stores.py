@@ -384,3 +384,29 @@ def test_server_helpers_are_what_the_tests_assume(served_root):
                     assert answer.read() == (part if ranges else blob)
         finally:
             server.stop()
+
+
+def test_replacing_a_remote_store_that_a_lazy_array_reads_is_refused():
+    """An object store is removed before its replacement is written: data read lazily
+    from it would read fill values, so the write is refused and the store kept."""
+    url = "memory://refuse-replace/y.zarr"
+    lg.write_ome_zarr(url, DATA, device="cpu")
+    lazy = lg.open_ome_zarr(url)[0].to_dask() * 1
+    with pytest.raises(lg.WriteError, match="reads from"):
+        lg.write_ome_zarr(url, lazy, overwrite=True, device="cpu")
+    np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], DATA)
+    labels = lg.write_labels(url, "cells", lazy.astype("u4"), device="cpu")  # another path
+    np.testing.assert_array_equal(labels[0][...], DATA.astype("u4"))
+    relabel = labels[0].to_dask() + 1
+    with pytest.raises(lg.WriteError, match="reads from"):
+        lg.write_labels(url, "cells", relabel, overwrite=True, device="cpu")
+
+
+def test_an_old_remote_handle_refuses_writes_into_a_store_of_another_layout():
+    url = "memory://stale-handle/a.zarr"
+    lg.write_ome_zarr(url, DATA, device="cpu")
+    old = lg.open_ome_zarr(url, mode="r+")
+    lg.write_ome_zarr(url, DATA + 1, overwrite=True, chunks=(8, 8, 8), device="cpu")
+    with pytest.raises(lg.StoreError, match="replaced"):
+        old[0][0:8, 0:8, 0:8] = np.zeros((8, 8, 8), DATA.dtype)
+    np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], DATA + 1)
