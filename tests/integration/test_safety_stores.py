@@ -582,7 +582,7 @@ def test_metadata_paths_outside_their_group_are_invalid_metadata(tmp_path, liste
     labels = zarr.open_group(path / "labels", mode="w", zarr_format=3)
     labels.attrs.put({"ome": {"version": "0.5", "labels": [listed]}})
     with pytest.raises(lg.InvalidMetadataError, match="labels"):
-        lg.open_ome_zarr(path).labels
+        _ = lg.open_ome_zarr(path).labels
     assert main(["validate", str(path)]) == 1
     root = zarr.open_group(path, mode="r+")
     attrs = root.attrs.asdict()
