@@ -58,7 +58,10 @@ class FakeKvikio:
                     self._fd = os.open(path, os.O_RDONLY)
                 except OSError as exc:
                     raise RuntimeError(f"KvikIO failure: {exc}") from None
-                self.path = str(path)
+                # the file a handle opened through /proc/self/fd names (the fetch opens
+                # each file itself first and gives kvikio that handle)
+                self.given = str(path)
+                self.path = os.path.realpath(str(path))
                 self.closed = False
                 with fake.lock:
                     fake.open_now += 1
@@ -171,6 +174,16 @@ def test_slow_storage_bounds_the_bytes_in_flight(fake_kvikio, files, monkeypatch
     assert [bytes(v) for v in got[40:]] == list(blobs.values())[:30]
     assert bound < fake.most_pending_bytes <= bound + run
     assert fake.open_now == 0 and all(h.closed for h in fake.handles)
+
+
+def test_kvikio_reads_the_file_version_the_fetch_opened(fake_kvikio, files):
+    """kvikio opens a file twice (with and without O_DIRECT): given the fetch's own open
+    handle, both reach that version of the file, whatever replaces the path meanwhile."""
+    fake = fake_kvikio()
+    root, blobs = files
+    got = kvikio_fetch.KvikioFileSource(root).fetch([ByteRequest(k) for k in blobs])
+    assert [bytes(v) for v in got] == list(blobs.values())
+    assert fake.handles and all(h.given.startswith("/proc/self/fd/") for h in fake.handles)
 
 
 def test_a_failed_read_names_its_file_after_every_read_finished(fake_kvikio, files):
