@@ -49,9 +49,10 @@ def downsample(
         out = _gaussian(a.astype(work_dtype, copy=False), factors, xp)[sample]
         if a.dtype.kind == "f" and bool(xp.isinf(out).any()):
             # the filters add the two values at each distance first, which overflows near
-            # the dtype's largest value: halved (exact), the sums stay in range
+            # the dtype's largest value: where it did, halved (exact) the sums stay in range
             half = a.astype(work_dtype) * work_dtype.type(0.5)
-            out = _gaussian(half, factors, xp)[sample] * work_dtype.type(2)
+            redone = _gaussian(half, factors, xp)[sample] * work_dtype.type(2)
+            out = xp.where(xp.isinf(out), redone, out)
         return _cast_back(out, a.dtype, xp)
     if a.dtype.kind in "iu":
         if blocks and _exact_in_integers(a.dtype, factors):
@@ -63,14 +64,15 @@ def downsample(
         # 16- and 32-bit floats are summed in float64: exact for all but the widest spread
         # of exponents, so numpy and cupy, whose summation orders differ, give the same
         # means, and no sum overflows
-        work_dtype = np.dtype(np.float64)
+        return _cast_back(_float_mean(a, factors, blocks, np.dtype(np.float64), xp), a.dtype, xp)
     with np.errstate(over="ignore"):  # an overflow is caught below, not warned about
         out = _float_mean(a, factors, blocks, work_dtype, xp)
-    if a.dtype.kind == "f" and bool(xp.isinf(out).any()):
+    if bool(xp.isinf(out).any()):
         # sums of values near the dtype's largest overflow where their mean does not:
-        # scaled by a power of two first (exact), the sums stay in range
+        # there, scaled by a power of two first (exact), the sums stay in range
         scale = 2.0 ** -math.ceil(math.log2(max(2, math.prod(factors))))
-        out = _float_mean(a * a.dtype.type(scale), factors, blocks, work_dtype, xp) / scale
+        redone = _float_mean(a * a.dtype.type(scale), factors, blocks, work_dtype, xp) / scale
+        out = xp.where(xp.isinf(out), redone, out)
     return _cast_back(out, a.dtype, xp)
 
 
@@ -445,6 +447,8 @@ def write_coarser_levels(
         piece = data[(slice(None),) * axis + (slice(start, start + step),)]
         for level, f, shape in zip(levels, factors, shapes, strict=True):
             piece = level.crop(downsample(piece, f, method, whole_shape=shape))
+            if piece.shape[axis] == 0:
+                break  # past the end of a level rounded down: nothing coarser either
             level.add(piece, xp, bar)
     for level in levels:
         level.flush(bar)

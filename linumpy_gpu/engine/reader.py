@@ -41,6 +41,7 @@ from linumpy_gpu.errors import (
     InvalidMetadataError,
     LinumpyGpuError,
     StoreError,
+    StoreNotFoundError,
     warn,
 )
 from linumpy_gpu.io.sources import ByteRequest, ByteSource, Runs, merge_ranges, source_for
@@ -277,19 +278,24 @@ class ChunkedArrayReader:
             )
 
     def _same_metadata(self) -> bool:
-        """Whether the array's metadata as stored now equals what it was when opened."""
+        """Whether the array's layout as stored now (its metadata without attributes)
+        equals what it was when opened; one read of the metadata document."""
         import zarr
 
         def text(metadata: Any) -> str:
-            return json.dumps(metadata.to_dict(), sort_keys=True, default=str)
+            document = {k: v for k, v in metadata.to_dict().items() if k != "attributes"}
+            return json.dumps(document, sort_keys=True, default=str)
 
         try:
             with translated_errors(self.name, metadata=True):
                 now = zarr.open_array(
-                    store=self.array.store, path=self.array.store_path.path, mode="r"
+                    store=self.array.store,
+                    path=self.array.store_path.path,
+                    mode="r",
+                    zarr_format=self.array.metadata.zarr_format,
                 )
-        except (StoreError, InvalidMetadataError, FileNotFoundError):
-            return False
+        except (StoreNotFoundError, InvalidMetadataError, FileNotFoundError):
+            return False  # removed, or something else stands there now
         return text(now.metadata) == text(self.array.metadata)
 
     def _versions(self, keys: Sequence[str]) -> list[Hashable | None]:

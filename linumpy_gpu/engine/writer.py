@@ -337,14 +337,15 @@ def check_castable(block: Any, dtype: np.dtype, name: str) -> None:
     if src == dtype or np.can_cast(src, dtype, "safe"):
         return
     if src.kind == "f" and dtype.kind == "f":
-        # a narrower float rounds, as numpy's assignment does; finite values beyond its
-        # range would become infinities
-        bound = float(np.finfo(dtype).max)
-        magnitude = abs(block)
-        if bool(((magnitude > bound) & (magnitude != float("inf"))).any()):
+        # a narrower float rounds, as numpy's assignment does; finite values from half a
+        # unit in the last place beyond its largest value round to infinities
+        finfo = np.finfo(dtype)
+        overflow = 2.0 ** float(finfo.maxexp) * (1.0 - 2.0 ** -float(finfo.nmant + 2))
+        beyond = abs(block) >= overflow
+        if bool(beyond.any()) and not bool((abs(block[beyond]) == float("inf")).all()):
             raise WriteError(
-                f"{name}: values beyond {bound:g} do not fit the array's dtype {dtype}; "
-                "scale or clip them first"
+                f"{name}: values beyond {float(finfo.max):g} (the largest {dtype}) would be "
+                "stored as infinities; scale or clip them first"
             )
         return
     if src.kind in "biu" and dtype.kind in "iu" and bool(getattr(block, "size", 1)):

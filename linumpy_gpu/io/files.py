@@ -80,7 +80,7 @@ def is_zarr_store(path: str) -> bool:
 def _metadata_document(folder: str, name: str) -> dict[str, Any]:
     try:
         with open(os.path.join(folder, name), "rb") as f:
-            document = json.loads(f.read(1 << 20) or b"{}")
+            document = json.loads(f.read() or b"{}")
     except (OSError, ValueError):
         return {}
     return document if isinstance(document, dict) else {}

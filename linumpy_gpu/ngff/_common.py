@@ -464,9 +464,10 @@ def parse_omero(omero: Any, where: str, *, mode: str) -> tuple[Channel, ...]:
 
 def is_child_path(path: Any) -> TypeGuard[str]:
     """Whether ``path`` names a node below the group whose metadata holds it: a non-empty
-    relative path without empty, ``.`` or ``..`` parts (which zarr refuses, or which name
-    a node outside the group)."""
-    return isinstance(path, str) and all(part not in ("", ".", "..") for part in path.split("/"))
+    path without empty, ``.`` or ``..`` parts (which zarr refuses, or which name a node
+    outside the group); slashes at its ends are ignored, as zarr ignores them."""
+    parts = path.strip("/").split("/") if isinstance(path, str) else [""]
+    return all(part not in ("", ".", "..") for part in parts)
 
 
 def parse_labels_group(block: Mapping[str, Any], where: str) -> tuple[str, ...]:

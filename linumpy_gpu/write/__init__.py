@@ -133,7 +133,7 @@ def write_ome_zarr(
                 _progress_label,
             )
         return open_image(target, device=backend)
-    _check_not_reading_from(data, location.where, location.store)
+    _check_not_reading_from(data, location.store, "", location.where)
     root = _remote_group(location.store, "", plan, overwrite, location.where)
     write_image(root, data, plan, backend, progress, location.where, _progress_label)
     if location.protocol is not None:
@@ -231,7 +231,7 @@ def write_labels(
     else:
         if getattr(store, "read_only", False):
             store = store.with_read_only(False)
-        _check_not_reading_from(data, where, None)
+        _check_not_reading_from(data, store, f"{labels_path}/{name}", where)
         label_root = _remote_group(store, f"{labels_path}/{name}", plan, overwrite, where)
         write_image(label_root, data, plan, backend, False, where)
     # the listing is read, extended and written back: one writer at a time (other
@@ -306,20 +306,25 @@ def _remote_group(store: Any, path: str, plan: ImagePlan, overwrite: bool, where
         return zarr.open_group(store=store, path=path, mode="w", zarr_format=plan.zarr_format)
 
 
-def _check_not_reading_from(data: Any, where: str, store: Any) -> None:
-    """Refuse dask ``data`` that reads from the store about to be written at ``where``
-    (``store``: its store object): without a folder to build beside, an existing store is
+def _check_not_reading_from(data: Any, store: Any, path: str, where: str) -> None:
+    """Refuse dask ``data`` that reads from what is about to be written at ``path`` of
+    ``store`` (``where`` names it): without a folder to build beside, an existing store is
     removed before the new one is written, and the data would then read fill values."""
     if not type(data).__module__.startswith("dask"):
         return
     from linumpy_gpu.image.dask import sources_read
-    from linumpy_gpu.io.stores import overlapping
+    from linumpy_gpu.io.stores import overlapping, store_url
 
+    def joined(root: str, inner: str) -> str:
+        return f"{root.rstrip('/')}/{inner}" if inner else root
+
+    target = joined(store_url(store), path)
     for source in sources_read(data):
         spec = source.store
-        if (store is not None and spec.store is store) or (
-            spec.kind == "url" and overlapping(source.where, where)
-        ):
+        if spec.kind == "local":
+            continue  # a folder: not a store written in place
+        root = spec.where if spec.kind == "url" else store_url(spec.store)
+        if overlapping(joined(root, source.path), target):
             raise WriteError(
                 f"the data reads from '{source.where}', which writing '{where}' replaces: "
                 "on an object store the old store is removed before the new one is written; "

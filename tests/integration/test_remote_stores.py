@@ -402,6 +402,16 @@ def test_replacing_a_remote_store_that_a_lazy_array_reads_is_refused():
         lg.write_labels(url, "cells", relabel, overwrite=True, device="cpu")
 
 
+def test_replacing_a_store_object_that_a_lazy_array_reads_is_refused():
+    """The same for a store passed as an object, read through a zarr.Group of it."""
+    store = zarr.storage.MemoryStore()
+    lg.write_ome_zarr(store, DATA, device="cpu")
+    lazy = lg.open_ome_zarr(zarr.open_group(store, mode="r"))[0].to_dask() + 1
+    with pytest.raises(lg.WriteError, match="reads from"):
+        lg.write_ome_zarr(store, lazy, overwrite=True, device="cpu")
+    np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], DATA)
+
+
 def test_an_old_remote_handle_refuses_writes_into_a_store_of_another_layout():
     url = "memory://stale-handle/a.zarr"
     lg.write_ome_zarr(url, DATA, device="cpu")

@@ -571,7 +571,7 @@ def test_channels_the_image_cannot_hold_and_keys_not_written(tmp_path):
     assert [c.label for c in img.channels] == ["a"]
 
 
-@pytest.mark.parametrize("listed", ["..", ".", "a/../b", "/abs"])
+@pytest.mark.parametrize("listed", ["..", ".", "a/../b", "a//b", "/"])
 def test_metadata_paths_outside_their_group_are_invalid_metadata(tmp_path, listed):
     """A labels listing or a level path that leaves its group is invalid metadata, on
     open and in ``validate``, never zarr's own error."""
