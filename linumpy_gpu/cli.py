@@ -739,13 +739,25 @@ def _convert_into(
     copy = args.pyramid == "copy" and n <= n_src
     if args.pyramid == "copy" and n > n_src:
         _note(f"the source has {n_src} level(s): all {n} levels are computed from level 0")
+    labels = _convertible_labels(src)
+    mixed = [
+        image.path
+        for image in [src, *(label for _, label in labels)]
+        if len({str(level.dtype) for level in image.levels}) > 1
+    ]
+    if copy and mixed:
+        # a lower level cast into level 0's dtype would change its values
+        _note(
+            f"{', '.join(mixed)}: levels of different dtypes; the lower levels are computed "
+            "from level 0 instead of copied"
+        )
+        copy = False
     levels: int | list[tuple[int, ...]] = 1
     method = _pyramid_method(src)
     if not copy:
         levels = _source_factors(src)[: n - 1] if n <= n_src else n
         if not levels:
             levels = 1
-    labels = _convertible_labels(src)
     unit = _write_unit(src.levels[0].shape, chunks, shards)
     data = src.levels[0].to_dask(chunks=_dask_chunks(src.levels[0], unit))
     out = write_ome_zarr(
@@ -775,7 +787,11 @@ def _convert_into(
         label_data = lv0.to_dask(
             chunks=_dask_chunks(lv0, _write_unit(lv0.shape, label_chunks, None))
         )
-        if lv0.shape == src.levels[0].shape:
+        placed_as_image = (label.scale(0), label.translation(0)) == (
+            src.scale(0),
+            src.translation(0),
+        )
+        if lv0.shape == src.levels[0].shape and placed_as_image:
             out_label = write_labels(
                 out,
                 name,
@@ -786,7 +802,7 @@ def _convert_into(
                 overwrite=False,
                 device=args.device,
             )
-        else:  # labels without the image's channel (or time) axis: written as they are
+        else:  # labels of another shape (no channel axis, say) or placement: as they are
             label_levels = 1 if copy else (_source_factors(label)[: n - 1] or 1)
             out_label = _write_label_image(
                 out,
@@ -877,7 +893,14 @@ def _layout(
     if shards == "none" or (version == "0.4" and shards is None):
         return out_c, None
     if isinstance(shards, tuple):
-        return out_c, shards
+        if any(s % c for s, c in zip(shards, want_c, strict=True)):
+            raise InvalidArgumentError(
+                f"--shards {list(shards)} must be multiples of the chunks {list(want_c)}"
+            )
+        # clipped as the chunks are: to the shape, rounded up to whole chunks
+        return out_c, tuple(
+            min(s, -(-n // c) * c) for s, c, n in zip(shards, out_c, shape, strict=True)
+        )
     # default shards, rounded up to whole chunks and clipped to the (chunk-rounded) shape
     out_s = tuple(
         min(-(-s // c) * c, -(-n // c) * c) for s, c, n in zip(default_s, out_c, shape, strict=True)

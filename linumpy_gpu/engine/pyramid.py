@@ -36,6 +36,9 @@ def downsample(
     if method not in METHODS:
         raise InvalidArgumentError(f"method must be one of {METHODS}, got {method!r}")
     xp = array_module(a)
+    if not a.dtype.isnative:
+        # the reductions take the arithmetic dtype from the input's: native byte order
+        a = a.astype(a.dtype.newbyteorder("="))
     if method == "nearest":
         return a[tuple(slice(None, None, f) for f in factors)].copy()
     if method == "mode":

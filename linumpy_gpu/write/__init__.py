@@ -307,28 +307,36 @@ def _remote_group(store: Any, path: str, plan: ImagePlan, overwrite: bool, where
 
 
 def _check_not_reading_from(data: Any, store: Any, path: str, where: str) -> None:
-    """Refuse dask ``data`` that reads from what is about to be written at ``path`` of
-    ``store`` (``where`` names it): without a folder to build beside, an existing store is
-    removed before the new one is written, and the data would then read fill values."""
-    if not type(data).__module__.startswith("dask"):
-        return
-    from linumpy_gpu.image.dask import sources_read
+    """Refuse ``data`` that reads lazily from what is about to be written at ``path`` of
+    ``store`` (``where`` names it): a dask array, a level or a zarr array of that store.
+    Without a folder to build beside, an existing store is removed before the new one is
+    written, and the data would then read fill values."""
     from linumpy_gpu.io.stores import overlapping, store_url
 
     def joined(root: str, inner: str) -> str:
         return f"{root.rstrip('/')}/{inner}" if inner else root
 
+    read: list[tuple[str, str]] = []  # (where the data reads from, its name)
+    array = getattr(getattr(data, "_reader", None), "array", data)  # a level's zarr array
+    if isinstance(array, zarr.Array):
+        place = joined(store_url(array.store), array.store_path.path)
+        read.append((place, place))
+    elif type(data).__module__.startswith("dask"):
+        from linumpy_gpu.image.dask import sources_read
+
+        for source in sources_read(data):
+            spec = source.store
+            if spec.kind == "local":
+                continue  # a folder: not a store written in place
+            root = spec.where if spec.kind == "url" else store_url(spec.store)
+            read.append((joined(root, source.path), source.where))
     target = joined(store_url(store), path)
-    for source in sources_read(data):
-        spec = source.store
-        if spec.kind == "local":
-            continue  # a folder: not a store written in place
-        root = spec.where if spec.kind == "url" else store_url(spec.store)
-        if overlapping(joined(root, source.path), target):
+    for place, name in read:
+        if overlapping(place, target):
             raise WriteError(
-                f"the data reads from '{source.where}', which writing '{where}' replaces: "
-                "on an object store the old store is removed before the new one is written; "
-                "write to another path, or compute the data first"
+                f"the data reads from '{name}', which writing '{where}' replaces: on an "
+                "object store the old store is removed before the new one is written; write "
+                "to another path, or compute the data first"
             )
 
 

@@ -652,3 +652,60 @@ def test_demo_inspect_info_keep_working(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "sample.ome.zarr")]) == 0
     assert "(96, 256, 256)" in capsys.readouterr().out
     assert os.path.isdir(tmp_path / "sample.ome.zarr")
+
+
+def _zyx_image(path, levels, label=None):
+    """A 0.5 image written by zarr-python: ``levels`` as (array, scale) pairs."""
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    datasets = []
+    for i, (data, scale) in enumerate(levels):
+        root.create_array(str(i), data=data, chunks=data.shape, dimension_names=list("zyx"))
+        datasets.append(
+            {"path": str(i), "coordinateTransformations": [{"type": "scale", "scale": scale}]}
+        )
+    axes = [{"name": n, "type": "space"} for n in "zyx"]
+    root.attrs.put(
+        {"ome": {"version": "0.5", "multiscales": [{"axes": axes, "datasets": datasets}]}}
+    )
+    return root
+
+
+def test_convert_computes_lower_levels_of_another_dtype_instead_of_casting(tmp_path, capsys):
+    """A lower level cast into level 0's dtype would wrap (300.7 -> 44 in uint8)."""
+    level0 = np.full((4, 8, 8), 200, "u1")
+    level1 = np.full((2, 4, 4), 300.7, "f4")
+    _zyx_image(tmp_path / "src.zarr", [(level0, [1, 1, 1]), (level1, [2, 2, 2])])
+    dst = tmp_path / "dst.zarr"
+    assert main(["convert", str(tmp_path / "src.zarr"), str(dst), "--no-progress"]) == 0
+    assert "computed from level 0" in capsys.readouterr().err
+    np.testing.assert_array_equal(lg.open_ome_zarr(dst)[1][...], np.full((2, 4, 4), 200, "u1"))
+
+
+@pytest.mark.parametrize("pyramid", ["copy", "recompute"])
+def test_convert_keeps_a_label_image_s_own_placement(tmp_path, pyramid):
+    data = np.zeros((4, 8, 8), "u2")
+    root = _zyx_image(tmp_path / "src.zarr", [(data, [1, 1, 1])])
+    labels = root.create_group("labels")
+    labels.attrs.put({"ome": {"version": "0.5", "labels": ["cells"]}})
+    cells = _zyx_image(tmp_path / "src.zarr" / "labels" / "cells", [(data.astype("u1"), [2, 2, 2])])
+    attrs = cells.attrs.asdict()
+    attrs["ome"]["image-label"] = {"source": {"image": "../../"}}
+    transforms = attrs["ome"]["multiscales"][0]["datasets"][0]["coordinateTransformations"]
+    transforms.append({"type": "translation", "translation": [5, 6, 7]})
+    cells.attrs.put(attrs)
+    dst = tmp_path / "dst.zarr"
+    args = ["convert", str(tmp_path / "src.zarr"), str(dst), "--no-progress", "--pyramid", pyramid]
+    assert main(args) == 0
+    label = lg.open_ome_zarr(dst).labels["cells"]
+    assert label.scale(0) == (2.0, 2.0, 2.0) and label.translation(0) == (5.0, 6.0, 7.0)
+
+
+def test_convert_clips_shards_as_it_clips_chunks(tmp_path):
+    data = np.arange(3 * 50 * 60, dtype="u2").reshape(3, 50, 60)
+    _zyx_image(tmp_path / "src.zarr", [(data, [1, 1, 1])])
+    dst = tmp_path / "dst.zarr"
+    args = ["convert", str(tmp_path / "src.zarr"), str(dst), "--no-progress"]
+    assert main([*args, "--chunks", "7,7,7", "--shards", "14,14,14"]) == 0
+    level = lg.open_ome_zarr(dst)[0]
+    assert (level.chunks, level.shards) == ((3, 7, 7), (3, 14, 14))
+    np.testing.assert_array_equal(level[...], data)

@@ -391,10 +391,12 @@ def test_replacing_a_remote_store_that_a_lazy_array_reads_is_refused():
     from it would read fill values, so the write is refused and the store kept."""
     url = "memory://refuse-replace/y.zarr"
     lg.write_ome_zarr(url, DATA, device="cpu")
-    lazy = lg.open_ome_zarr(url)[0].to_dask() * 1
-    with pytest.raises(lg.WriteError, match="reads from"):
-        lg.write_ome_zarr(url, lazy, overwrite=True, device="cpu")
+    level = lg.open_ome_zarr(url)[0]
+    for data in (level.to_dask() * 1, level, zarr.open_array(url + "/0", mode="r")):
+        with pytest.raises(lg.WriteError, match="reads from"):
+            lg.write_ome_zarr(url, data, overwrite=True, device="cpu")
     np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], DATA)
+    lazy = level.to_dask() * 1
     labels = lg.write_labels(url, "cells", lazy.astype("u4"), device="cpu")  # another path
     np.testing.assert_array_equal(labels[0][...], DATA.astype("u4"))
     relabel = labels[0].to_dask() + 1

@@ -234,3 +234,12 @@ def test_piece_by_piece_needs_a_block_local_method(tmp_path):
 
     with pytest.raises(InvalidArgumentError, match="gaussian"):
         write_coarser_levels(np.zeros((4, 4), "u2"), [], [(2, 2)], "gaussian", 1 << 20)
+
+
+@pytest.mark.parametrize("dtype", [">f8", ">f4", ">i8", ">u2"])
+@pytest.mark.parametrize("method", ["mean", "gaussian", "mode", "nearest"])
+def test_big_endian_input_reduces_as_native(dtype, method):
+    a = np.arange(8 * 8 * 8).reshape(8, 8, 8).astype(dtype)
+    native = a.astype(np.dtype(dtype).newbyteorder("="))
+    got = downsample(a, (2, 2, 2), method)
+    np.testing.assert_array_equal(got, downsample(native, (2, 2, 2), method))
