@@ -31,8 +31,8 @@ from linumpy_gpu.io.sources import (
     spans_in_file,
 )
 
-# Files open at once (kvikio opens each twice, with and without O_DIRECT): well under the
-# usual limit of 1024 descriptors.
+# Files open at once (each three times: once here, twice by kvikio, with and without
+# O_DIRECT): well under the usual limit of 1024 descriptors.
 OPEN_FILES = 128
 # Reads in flight on the page cache: each is a memory copy, and more at once only compete
 # for cores with the thread driving the GPU (a warm 64^3 level reads about a quarter slower
@@ -150,6 +150,7 @@ class _ReadGroup:
     reads: list[tuple[int, memoryview, Any]] = field(default_factory=list)
     nbytes: int = 0
     closes: bool = True  # the file's last group: close it once done
+    own_fd: int | None = None  # the descriptor kvikio opened the file through, if ours
 
 
 class KvikioFileSource(LocalFileSource):
@@ -276,11 +277,12 @@ class KvikioFileSource(LocalFileSource):
                             f"/proc/self/fd/{pinned if own is None else own}", "r"
                         )
                     except (RuntimeError, OSError) as exc:  # kvikio raises RuntimeError
-                        raise StoreError(f"could not open '{path}': {exc}") from exc
-                    finally:
                         if own is not None:
                             os.close(own)
-                    group = _ReadGroup(path, handle)
+                        raise StoreError(f"could not open '{path}': {exc}") from exc
+                    # ours stays open with kvikio's handle: the number must not name another
+                    # file while kvikio may still open the path it built from it
+                    group = _ReadGroup(path, handle, own_fd=own)
                     in_flight.append(group)
                     size = os.fstat(handle.fileno()).st_size
                     spans = spans_in_file([requests[i] for i in members], size)
@@ -296,7 +298,7 @@ class KvikioFileSource(LocalFileSource):
                         outstanding_bytes += length
                         if too_many() and k + 1 < len(members):
                             group.closes = False  # more of this file follows in a new group
-                            group = _ReadGroup(path, handle)
+                            group = _ReadGroup(path, handle, own_fd=own)
                             in_flight.append(group)
                             while len(in_flight) > 1 and too_many():
                                 collect()
@@ -334,5 +336,7 @@ class KvikioFileSource(LocalFileSource):
             out[i] = view if done == len(view) else view[:done]
         if group.closes:
             group.handle.close()
+            if group.own_fd is not None:
+                os.close(group.own_fd)
         if error is not None:
             raise StoreError(f"could not read {group.path}: {error}") from error

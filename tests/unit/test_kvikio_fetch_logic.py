@@ -181,20 +181,24 @@ def test_kvikio_reads_the_file_version_the_fetch_opened(fake_kvikio, files):
     handle, both reach that version of the file, whatever replaces the path meanwhile."""
     fake = fake_kvikio()
     root, blobs = files
+    descriptors = len(os.listdir("/proc/self/fd"))
     got = kvikio_fetch.KvikioFileSource(root).fetch([ByteRequest(k) for k in blobs])
     assert [bytes(v) for v in got] == list(blobs.values())
     assert fake.handles and all(h.given.startswith("/proc/self/fd/") for h in fake.handles)
+    assert len(os.listdir("/proc/self/fd")) == descriptors  # every handle closed with kvikio's
 
 
 def test_a_failed_read_names_its_file_after_every_read_finished(fake_kvikio, files):
     fake = fake_kvikio(fail_on="c/17")
     root, blobs = files
+    descriptors = len(os.listdir("/proc/self/fd"))
     with pytest.raises(OSError, match="c/17") as info:
         kvikio_fetch.KvikioFileSource(root).fetch([ByteRequest(k) for k in blobs])
     assert "EOF" in str(info.value)
     # nothing kvikio was given is still writing into the caller's buffers, no file is open
     assert all(f.done() for f in fake.futures)
     assert fake.open_now == 0
+    assert len(os.listdir("/proc/self/fd")) == descriptors
 
 
 def test_a_failed_run_of_a_shard_read_in_groups_closes_it(fake_kvikio, files, monkeypatch):
