@@ -945,18 +945,33 @@ def _channels_for(src: MultiscaleImage, version: str) -> list[Any] | None:
     if len(channels) > 1 and "c" not in src.axis_names:
         _note(f"the source lists {len(channels)} channels but has no 'c' axis: not copied")
         return None
-    if version != "0.4" or all(c.window is not None for c in channels):
+    if "c" in src.axis_names and channels:
+        length = src.levels[0].shape[src.axis_names.index("c")]
+        if len(channels) != length:
+            _note(
+                f"the source lists {len(channels)} channels for a 'c' axis of {length}: not copied"
+            )
+            return None
+    if version != "0.4" or not channels:
         return channels or None
-    dtype = src.levels[0].dtype
-    if dtype.kind in "iu":
-        lo, hi = float(np.iinfo(dtype).min), float(np.iinfo(dtype).max)
-    else:
-        lo, hi = 0.0, 1.0
-    window = {"start": lo, "end": hi, "min": lo, "max": hi}
-    _note(f"NGFF 0.4 needs a window per channel: channels without one get {lo:g}..{hi:g}")
-    return [
-        c if c.window is not None else dataclasses.replace(c, window=dict(window)) for c in channels
-    ]
+    if any(c.window is None for c in channels):
+        dtype = src.levels[0].dtype
+        if dtype.kind in "iu":
+            lo, hi = float(np.iinfo(dtype).min), float(np.iinfo(dtype).max)
+        else:
+            lo, hi = 0.0, 1.0
+        window = {"start": lo, "end": hi, "min": lo, "max": hi}
+        _note(f"NGFF 0.4 needs a window per channel: channels without one get {lo:g}..{hi:g}")
+        channels = [
+            c if c.window is not None else dataclasses.replace(c, window=dict(window))
+            for c in channels
+        ]
+    if any(c.color is None for c in channels):
+        _note("NGFF 0.4 needs a color per channel: channels without one get white (FFFFFF)")
+        channels = [
+            c if c.color is not None else dataclasses.replace(c, color="FFFFFF") for c in channels
+        ]
+    return channels
 
 
 def _source_factors(src: MultiscaleImage) -> list[tuple[int, ...]]:

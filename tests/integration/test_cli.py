@@ -709,3 +709,37 @@ def test_convert_clips_shards_as_it_clips_chunks(tmp_path):
     level = lg.open_ome_zarr(dst)[0]
     assert (level.chunks, level.shards) == ((3, 7, 7), (3, 14, 14))
     np.testing.assert_array_equal(level[...], data)
+
+
+@pytest.mark.parametrize(
+    ("channels", "options", "note"),
+    [
+        ([{"label": "a", "color": "FF0000"}], [], "not copied"),
+        ([{"label": "a"}, {"label": "b"}], ["--version", "0.4"], "FFFFFF"),
+    ],
+)
+def test_convert_carries_what_it_can_of_channels_other_tools_write(
+    tmp_path, capsys, channels, options, note
+):
+    """One channel listed for two, or channels without the color NGFF 0.4 needs: the image
+    converts, with a note, instead of being refused."""
+    root = zarr.open_group(tmp_path / "src.zarr", mode="w", zarr_format=3)
+    data = np.full((2, 4, 8, 8), 7, "u2")
+    root.create_array("0", data=data, dimension_names=list("czyx"))
+    axes = [{"name": "c", "type": "channel"}] + [{"name": n, "type": "space"} for n in "zyx"]
+    scale = [{"type": "scale", "scale": [1, 1, 1, 1]}]
+    root.attrs.put(
+        {
+            "ome": {
+                "version": "0.5",
+                "multiscales": [
+                    {"axes": axes, "datasets": [{"path": "0", "coordinateTransformations": scale}]}
+                ],
+                "omero": {"channels": channels},
+            }
+        }
+    )
+    dst = tmp_path / "dst.zarr"
+    assert main(["convert", str(tmp_path / "src.zarr"), str(dst), "--no-progress", *options]) == 0
+    assert note in capsys.readouterr().err
+    np.testing.assert_array_equal(lg.open_ome_zarr(dst)[0][...], data)
