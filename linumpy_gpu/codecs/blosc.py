@@ -34,6 +34,8 @@ HEADER_BYTES = 16
 _SHUFFLE_NAMES = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle", -1: "auto"}
 
 FORMAT_VERSION = 2  # c-blosc 1.x
+INNER_FORMAT_VERSION = 1  # of every inner codec c-blosc 1.x writes
+RESERVED_FLAG = 0x08  # c-blosc refuses frames with it set ("flags from the future")
 BYTE_SHUFFLE, MEMCPYED, BIT_SHUFFLE, DONT_SPLIT = 0x01, 0x02, 0x04, 0x10
 INNER_CODECS = {0: "blosclz", 1: "lz4", 2: "snappy", 3: "zlib", 4: "zstd"}
 MAX_SPLITS = 16  # c-blosc splits blocks of types up to this size...
@@ -115,10 +117,21 @@ def stream_layout(frames: list[Any], nbytes: int, codecs: tuple[str, ...]) -> St
     rows, size = rows[keep], size[keep]
     head = data.read(rows, np.broadcast_to(np.arange(HEADER_BYTES), (rows.size, HEADER_BYTES)))
     head = head.astype(np.int64)
-    version, flags, typesize = head[:, 0], head[:, 2], head[:, 3]
+    version, inner_version, flags, typesize = head[:, 0], head[:, 1], head[:, 2], head[:, 3]
     declared, blocksize, cbytes = (head[:, k : k + 4] @ _LE32 for k in (4, 8, 12))
+    # what c-blosc refuses, refused here too: the GPU must not decode what the CPU codec
+    # calls damaged (refused frames go to the CPU codec, which says why)
     checks: list[tuple[np.ndarray, Callable[[int], str]]] = [
         (version != FORMAT_VERSION, lambda r: f"blosc: format version {version[r]}"),
+        (
+            inner_version != INNER_FORMAT_VERSION,
+            lambda r: f"blosc: inner codec format version {inner_version[r]}",
+        ),
+        ((flags & RESERVED_FLAG) != 0, lambda r: f"blosc: unknown flags {flags[r]:#04x}"),
+        (
+            blocksize > nbytes,
+            lambda r: f"blosc: blocks of {blocksize[r]} bytes in a chunk of {nbytes}",
+        ),
         (
             declared != nbytes,
             lambda r: f"blosc: the header declares {declared[r]} bytes, the chunk holds {nbytes}",
@@ -203,6 +216,8 @@ def _group_layout(
         lambda r: f"blosc: {n_blocks} block offsets do not fit in {cbytes[r]} bytes",
     )
     rows, cbytes = rows[keep], cbytes[keep]
+    if not rows.size:
+        return None  # every frame refused: nothing per block to lay out
     sizes = np.full(n_blocks, blocksize, dtype=np.int64)
     if nbytes % blocksize:
         sizes[-1] = nbytes % blocksize  # c-blosc never splits this last, shorter block

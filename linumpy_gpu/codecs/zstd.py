@@ -91,10 +91,10 @@ def _frame(view: memoryview, pos: int) -> tuple[int, int | None]:
     return at, declared
 
 
-def known_output(frame: Any) -> int | None:
-    """For a frame without a declared size: the bytes its raw and RLE blocks produce (the
-    part of its output known without decoding), or None where the frame's block headers do
-    not walk to its end."""
+def most_output(frame: Any) -> int | None:
+    """For a frame without a declared size: the most bytes it can decode to (its raw and
+    RLE blocks' sizes, and a block's largest output for each compressed block), or None
+    where the frame's block headers do not walk to its end."""
     view = memoryview(frame).cast("B")
     if len(view) < 6 or bytes(view[:4]) != MAGIC:
         return None
@@ -102,7 +102,7 @@ def known_output(frame: Any) -> int | None:
     single_segment, dict_flag = (descriptor >> 5) & 1, descriptor & 3
     pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
     pos += ((1 if single_segment else 0), 2, 4, 8)[descriptor >> 6]
-    known = 0
+    most = 0
     while pos + 3 <= len(view):
         header = int.from_bytes(view[pos : pos + 3], "little")
         pos += 3
@@ -110,10 +110,9 @@ def known_output(frame: Any) -> int | None:
         if kind == 3 or size > BLOCK_MAX:
             return None
         pos += 1 if kind == 1 else size
-        if kind != 2:
-            known += size
+        most += BLOCK_MAX if kind == 2 else size
         if last:
-            return known if pos <= len(view) else None
+            return most if pos <= len(view) else None
     return None
 
 
@@ -139,15 +138,20 @@ def decode(data: Any, limit: int) -> Any:
         return out
     if len(sizes) != 1:
         raise CodecError("zstd: several frames, some without a declared size")
-    known = known_output(data)
-    if known is None:
+    most = most_output(data)
+    if most is None:
         raise CodecError("zstd: not a zstd frame, or its block headers are damaged")
-    if known > limit:
-        raise CodecError(f"zstd: the frame holds more than the {limit} bytes of the chunk")
+    # decoded into a buffer of the bound: of what its blocks can produce where that is
+    # within the limit, else of the limit, which such a frame must then fill exactly (a
+    # small frame of many blocks must not make a read allocate gigabytes)
+    out = np.empty(min(most, limit), dtype=np.uint8)
     try:
-        return numcodecs.Zstd().decode(data)
+        if most <= limit:
+            return numcodecs.Zstd().decode(data)
+        numcodecs.Zstd().decode(data, out=out)
     except Exception as exc:  # numcodecs raises RuntimeError/ValueError with zstd's reason
         raise CodecError(f"zstd (CPU): {type(exc).__name__}: {_first_line(exc)}") from exc
+    return out
 
 
 def decode_into(frame: Any, out: np.ndarray) -> str | None:

@@ -125,6 +125,14 @@ def damaged(frame: bytes, case: str) -> bytes:
         b[3] = 0
     elif case == "appended":
         b += b"\x00" * 8
+    elif case == "inner-version":
+        b[1] = 2
+    elif case == "reserved-flag":
+        b[2] |= 0x08
+    elif case == "blocksize-beyond":
+        b[8:12] = (int.from_bytes(b[4:8], "little") + 1).to_bytes(4, "little")
+    elif case == "blocksize-one":  # a block offset table larger than the frame
+        b[8:12] = (1).to_bytes(4, "little")
     return bytes(b)
 
 
@@ -141,9 +149,15 @@ def damaged(frame: bytes, case: str) -> bytes:
         "stream-size",
         "typesize-zero",
         "appended",
+        "inner-version",
+        "reserved-flag",
+        "blocksize-beyond",
+        "blocksize-one",
     ],
 )
 def test_damaged_headers_are_left_to_the_cpu_with_a_reason(case):
+    """Every header c-blosc refuses is refused here too (the CPU codec then says why),
+    alone in its group of frames or not, and the other frames are still laid out."""
     data = sample(70001, 8, "smooth")
     frame = numcodecs.Blosc(cname="lz4", shuffle=1, blocksize=65536).encode(data.view("u8"))
     good = blosc.stream_layout([frame], data.size, ("lz4", "zstd"))
@@ -154,6 +168,9 @@ def test_damaged_headers_are_left_to_the_cpu_with_a_reason(case):
     assert set(layout.frame.tolist()) == {0}
     assert (layout.start + layout.stored <= len(frame)).all()
     assert layout.start.size == good.start.size
+    if case in ("inner-version", "reserved-flag", "blocksize-beyond", "blocksize-one"):
+        with pytest.raises(RuntimeError):  # c-blosc refuses these too
+            numcodecs.Blosc().decode(damaged(frame, case))
 
 
 def test_streams_stay_inside_their_frames():

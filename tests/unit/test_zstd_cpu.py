@@ -52,6 +52,20 @@ def test_a_frame_without_content_size_still_checks_its_size():
     )
 
 
+def test_a_small_frame_without_content_size_cannot_decode_past_the_chunk():
+    """Many compressed blocks of a small frame can decode to thousands of times its size:
+    the decode stops at the chunk's size instead of allocating it all."""
+    from linumpy_gpu.codecs.zstd import decode
+
+    zstandard = pytest.importorskip("zstandard")
+    big = bytes(range(256)) * ((64 << 20) // 256)  # compressed blocks, not RLE ones
+    frame = zstandard.ZstdCompressor(write_content_size=False).compress(big)
+    assert len(frame) < (64 << 20) // 1000
+    with pytest.raises(lg.CodecError):
+        decode(frame, 1 << 20)
+    assert bytes(decode(frame, 64 << 20)) == big  # where the chunk holds it, it decodes
+
+
 @pytest.mark.parametrize(
     "case",
     [
