@@ -50,6 +50,13 @@ def stream_layout(frames: list[Any], nbytes: int) -> StreamLayout:
         declared != nbytes,
         lambda r: f"lz4: the chunk declares {declared[r]} bytes, it holds {nbytes}",
     )
+    rows, size, declared = rows[keep], size[keep], declared[keep]
+    keep = refuse(
+        elsewhere,
+        rows,
+        declared < 1,  # numcodecs refuses every chunk that declares none
+        lambda r: "lz4: the chunk declares 0 bytes",
+    )
     rows, size = rows[keep], size[keep]
     group = one_stream_group(rows, 4, size - 4, nbytes, raw=False, codec="lz4")
     return StreamLayout.of_groups([group], elsewhere)

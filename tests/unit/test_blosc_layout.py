@@ -233,3 +233,14 @@ def test_a_mixed_batch_is_laid_out_as_each_frame_alone():
     for i, out in enumerate(decoded):
         if i not in batch.elsewhere:
             np.testing.assert_array_equal(out, noise if i == len(frames) - 2 else data)
+
+
+def test_lz4_chunks_declaring_no_bytes_are_left_to_the_cpu():
+    """numcodecs refuses an LZ4 chunk that declares 0 bytes: the GPU must not decode it."""
+    from linumpy_gpu.codecs import lz4
+
+    layout = lz4.stream_layout([bytes(5)], 0)
+    assert layout.elsewhere == {0: "lz4: the chunk declares 0 bytes"}
+    assert layout.start.size == 0
+    with pytest.raises(RuntimeError):
+        numcodecs.LZ4().decode(bytes(5))
