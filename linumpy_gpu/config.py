@@ -71,6 +71,11 @@ class Settings:
     nvcomp_library: str | None = None
     """Path of libnvcomp.so to load (None: the nvidia-libnvcomp wheel, then the system)."""
 
+    def __post_init__(self) -> None:
+        # settings made directly (Settings(io_threads=0)) are checked as changes are
+        for f in fields(self):
+            object.__setattr__(self, f.name, _check(f.name, getattr(self, f.name)))
+
     def replace(self, **changes: Any) -> Settings:
         """These settings with ``changes`` applied (each checked)."""
         unknown = changes.keys() - {f.name for f in fields(self)}
@@ -186,8 +191,13 @@ def set(settings: Settings | Mapping[str, Any] | None = None, **changes: Any) ->
     ``set({"progress": True})`` or ``set(Settings(...))``."""
     if isinstance(settings, Settings):
         new = settings.replace(**changes)
-    else:
+    elif settings is None or isinstance(settings, Mapping):
         new = get().replace(**{**dict(settings or {}), **changes})
+    else:
+        raise ConfigError(
+            "settings must be a Settings object or a mapping of setting names to values, "
+            f"got {type(settings).__name__} {settings!r}"
+        )
     token = _current.set(new)
     try:
         yield new

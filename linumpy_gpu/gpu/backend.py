@@ -138,7 +138,13 @@ class GpuBackend(Backend, BatchMemory):
         memory a read may hold besides its output (more memory: larger nvCOMP batches,
         faster reads), ``scratch_fraction`` / ``scratch_floor`` / ``region_scratch`` the
         tight bound, and ``host_threads`` the host threads that decode small reads."""
-        import cupy
+        try:
+            import cupy
+        except ImportError:
+            from linumpy_gpu.gpu.deps import require_gpu
+
+            require_gpu()  # names what the GPU path lacks
+            raise
 
         given = {
             "memory": memory,

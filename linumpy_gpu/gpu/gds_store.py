@@ -22,13 +22,19 @@ from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteReques
 from zarr.core.buffer import default_buffer_prototype
 from zarr.storage import LocalStore
 
-from linumpy_gpu.errors import StorePermissionError
+from linumpy_gpu.errors import MissingDependencyError, StorePermissionError
 from linumpy_gpu.io.files import replacing
 
 
 def gds_mode() -> str:
     """'native GDS' or 'compatibility (POSIX reads, no GDS)', as kvikio will run."""
-    import kvikio.defaults
+    try:
+        import kvikio.defaults
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "GDSStore reads through kvikio, which is not installed: install linumpy_gpu "
+            'with the cu13 or cu12 extra (python3 -m pip install -e ".[cu13]" in its folder)'
+        ) from exc
 
     compat = (
         kvikio.defaults.is_compat_mode_preferred()

@@ -6,8 +6,16 @@ from typing import Any
 
 
 def info() -> dict[str, Any]:
-    """GPU, CUDA driver/runtime, cupy, nvCOMP, kvikio and the GDS mode, as a dict."""
-    import cupy
+    """GPU, CUDA driver/runtime, cupy, nvCOMP, kvikio and the GDS mode, as a dict.
+    Raises :class:`~linumpy_gpu.GpuUnavailableError` naming what is missing where there
+    is no GPU stack."""
+    try:
+        import cupy
+    except ImportError:
+        from linumpy_gpu.gpu.deps import require_gpu
+
+        require_gpu()  # names what the GPU path lacks
+        raise
 
     from linumpy_gpu.gpu.nvcomp.lib import find_libnvcomp, nvcomp_version
 

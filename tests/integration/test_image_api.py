@@ -165,6 +165,22 @@ def test_gpu_entry_point_without_gpu_names_what_is_missing(sample):
     assert img.device == "cpu" and isinstance(img[0][0], np.ndarray)
 
 
+@pytest.mark.skipif(gpu_available(), reason="checks the behaviour where no GPU stack is present")
+def test_gpu_objects_without_gpu_name_what_is_missing(sample):
+    """The GPU module's objects say what is missing, as its functions do."""
+    import importlib.util
+
+    import linumpy_gpu.gpu as gpu
+
+    with pytest.raises(lg.GpuUnavailableError, match="cupy"):
+        lg.open_ome_zarr(sample, device=gpu.GpuBackend(memory="tight"))
+    with pytest.raises(lg.GpuUnavailableError, match="cupy"):
+        gpu.info()
+    if importlib.util.find_spec("kvikio") is None:
+        with pytest.raises(lg.MissingDependencyError, match="kvikio"):
+            gpu.GDSStore(sample)
+
+
 def test_import_does_not_import_gpu_libraries():
     code = (
         "import sys, linumpy_gpu, linumpy_gpu.gpu; "

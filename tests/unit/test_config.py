@@ -69,6 +69,20 @@ def test_set_refuses_unknown_names_and_bad_values():
         pass
 
 
+@pytest.mark.parametrize(
+    "changes", [{"io_threads": 0}, {"memory": "bogus"}, {"io_threads": "8"}, {"pinned_bytes": -1}]
+)
+def test_settings_objects_are_checked_as_changes_are(changes):
+    with pytest.raises(lg.ConfigError):
+        Settings(**changes)
+
+
+@pytest.mark.parametrize("settings", ["io_threads=8", ["io_threads"], 5])
+def test_settings_that_are_not_a_mapping_are_refused(settings):
+    with pytest.raises(lg.ConfigError, match="mapping"), lg.config.set(settings):
+        pass
+
+
 def test_blocks_are_per_thread():
     seen = {}
 
