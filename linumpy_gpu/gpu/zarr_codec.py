@@ -233,7 +233,15 @@ def gpu_zstd_config(batch_size: int = 1024, concurrency: int = 64) -> dict[str, 
     ``zstd`` and ``blosc`` through :class:`NvcompZstdCodec` and :class:`NvcompBloscCodec`,
     and a codec pipeline batch (``batch_size``
     chunks) and async concurrency large enough for a batched codec to see many chunks at
-    once. Use it with ``zarr.config.set(...)`` after :func:`register_nvcomp_zstd`."""
+    once. Use it with ``zarr.config.set(...)`` after :func:`register_nvcomp_zstd`.
+
+    Raises :class:`~linumpy_gpu.GpuUnavailableError` naming what is missing where the GPU
+    stack is not there: the config names codecs and buffers that only it provides, and
+    zarr would refuse every read under it."""
+    if not _registered:
+        from linumpy_gpu.gpu.deps import require_gpu
+
+        require_gpu()
     return {
         "buffer": "zarr.buffer.gpu.Buffer",
         "ndbuffer": "zarr.buffer.gpu.NDBuffer",

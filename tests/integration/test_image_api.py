@@ -176,6 +176,9 @@ def test_gpu_objects_without_gpu_name_what_is_missing(sample):
         lg.open_ome_zarr(sample, device=gpu.GpuBackend(memory="tight"))
     with pytest.raises(lg.GpuUnavailableError, match="cupy"):
         gpu.info()
+    assert gpu.register_nvcomp_zstd() is False
+    with pytest.raises(lg.GpuUnavailableError, match="cupy"):
+        gpu.gpu_zstd_config()  # zarr would refuse every read under it
     if importlib.util.find_spec("kvikio") is None:
         with pytest.raises(lg.MissingDependencyError, match="kvikio"):
             gpu.GDSStore(sample)
