@@ -169,6 +169,10 @@ _base_lock = threading.Lock()
 _current: contextvars.ContextVar[Settings | None] = contextvars.ContextVar(
     "linumpy_gpu_settings", default=None
 )
+# the names the enclosing set() blocks gave (a value equal to the default counts too)
+_explicit: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "linumpy_gpu_explicit_settings", default=frozenset()
+)
 
 
 def get() -> Settings:
@@ -191,17 +195,22 @@ def set(settings: Settings | Mapping[str, Any] | None = None, **changes: Any) ->
     ``set({"progress": True})`` or ``set(Settings(...))``."""
     if isinstance(settings, Settings):
         new = settings.replace(**changes)
+        given = frozenset(names())
     elif settings is None or isinstance(settings, Mapping):
-        new = get().replace(**{**dict(settings or {}), **changes})
+        merged = {**dict(settings or {}), **changes}
+        new = get().replace(**merged)
+        given = frozenset(merged)
     else:
         raise ConfigError(
             "settings must be a Settings object or a mapping of setting names to values, "
             f"got {type(settings).__name__} {settings!r}"
         )
     token = _current.set(new)
+    named = _explicit.set(_explicit.get() | given)
     try:
         yield new
     finally:
+        _explicit.reset(named)
         _current.reset(token)
 
 
@@ -214,13 +223,11 @@ def environment_sets(variable: str) -> bool:
 def sources() -> dict[str, str]:
     """Per setting, where its current value comes from: 'default', the environment
     variable's name, or 'set' (a :func:`set` block)."""
-    current = get()
-    from_env = Settings.from_environment()
+    explicit = _explicit.get()
     out = {}
     for f in fields(Settings):
-        value = getattr(current, f.name)
         variable = ENV_PREFIX + f.name.upper()
-        if _current.get() is not None and value != getattr(from_env, f.name):
+        if f.name in explicit:
             out[f.name] = "set"
         elif os.environ.get(variable, "").strip():
             out[f.name] = variable

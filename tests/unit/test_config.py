@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 
+import numpy as np
 import pytest
 
 import linumpy_gpu as lg
@@ -146,3 +147,18 @@ def test_only_the_settings_module_reads_the_environment():
         and any(word in path.read_text() for word in ("os.environ", "os.getenv", "environ["))
     ]
     assert readers == []
+
+
+def test_a_block_setting_the_default_value_still_counts_as_set(tmp_path):
+    """set(io_threads=None) around to_dask overrides the image's own io_threads=2, though
+    None is also the default: what a block names is set, whatever its value."""
+    from linumpy_gpu.image.dask import read_settings
+
+    lg.write_ome_zarr(tmp_path / "s.zarr", np.zeros((4, 8, 8), "u2"), device="cpu")
+    level = lg.open_ome_zarr(tmp_path / "s.zarr", settings={"io_threads": 2, "progress": True})[0]
+    assert read_settings(level)["io_threads"] == 2
+    with lg.config.set(io_threads=None, progress=False):
+        assert lg.config.sources()["io_threads"] == "set"
+        settings = read_settings(level)
+    assert settings["io_threads"] is None and settings["progress"] is False
+    assert lg.config.sources()["io_threads"] != "set"
