@@ -341,8 +341,9 @@ def check_castable(block: Any, dtype: np.dtype, name: str) -> None:
         # unit in the last place beyond its largest value round to infinities
         finfo = np.finfo(dtype)
         overflow = 2.0 ** float(finfo.maxexp) * (1.0 - 2.0 ** -float(finfo.nmant + 2))
-        beyond = abs(block) >= overflow
-        if bool(beyond.any()) and not bool((abs(block[beyond]) == float("inf")).all()):
+        magnitude = abs(block)
+        beyond = magnitude >= overflow
+        if bool(beyond.any()) and not bool((magnitude[beyond] == float("inf")).all()):
             raise WriteError(
                 f"{name}: values beyond {float(finfo.max):g} (the largest {dtype}) would be "
                 "stored as infinities; scale or clip them first"

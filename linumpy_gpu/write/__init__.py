@@ -28,7 +28,7 @@ from linumpy_gpu.errors import (
     UnsupportedWriteError,
     WriteError,
 )
-from linumpy_gpu.image import MultiscaleImage, open_image
+from linumpy_gpu.image import Level, MultiscaleImage, open_image
 from linumpy_gpu.io.files import UnitLocks, built_beside, check_replaceable
 from linumpy_gpu.io.stores import locate, translated_errors
 from linumpy_gpu.ngff import build
@@ -317,7 +317,7 @@ def _check_not_reading_from(data: Any, store: Any, path: str, where: str) -> Non
         return f"{root.rstrip('/')}/{inner}" if inner else root
 
     read: list[tuple[str, str]] = []  # (where the data reads from, its name)
-    array = getattr(getattr(data, "_reader", None), "array", data)  # a level's zarr array
+    array = data.zarr_array if isinstance(data, Level) else data
     if isinstance(array, zarr.Array):
         place = joined(store_url(array.store), array.store_path.path)
         read.append((place, place))
