@@ -1436,7 +1436,13 @@ def _demo(args: argparse.Namespace) -> int:
     from linumpy_gpu.image import open_image
     from linumpy_gpu.sample import write_sample
 
-    out, device = args.out, args.device
+    from linumpy_gpu.backends import resolve_backend
+
+    out = args.out
+    # the device is settled before the sample is written: a bad --device writes nothing
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DeviceFallbackWarning)
+        device = resolve_backend(args.device)
     with tempfile.TemporaryDirectory() as tmp:
         # the sample goes into a new folder of its own: files already in --out are never touched
         path = os.path.join(os.path.abspath(out) if out else tmp, "sample.ome.zarr")
@@ -1447,9 +1453,7 @@ def _demo(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         write_sample(path, overwrite=False)
         print(f"wrote a sample OME-Zarr pyramid to {path} in {time.perf_counter() - t0:.2f} s")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", DeviceFallbackWarning)
-            img = open_image(path, device=device)
+        img = open_image(path, device=device)
         for w in caught:
             print(f"note: {w.message}")
         print(img)

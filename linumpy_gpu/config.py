@@ -128,7 +128,10 @@ def _parse(name: str, raw: str) -> Any:
                 raise ValueError(raw)
             return raw.lower() in ("1", "true", "yes", "on")
         if kind.startswith("int"):
-            return int(raw, 0)
+            try:
+                return int(raw, 0)  # 0x... for byte sizes
+            except ValueError:
+                return int(raw)  # "08" is eight, not a bad octal number
         if kind == "float":
             return float(raw)
         return raw

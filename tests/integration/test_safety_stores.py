@@ -363,6 +363,12 @@ def test_demo_out_writes_a_new_subfolder_and_never_touches_other_files(tmp_path,
     assert snapshot(tmp_path / "sample.ome.zarr") == sample
 
 
+def test_demo_with_a_bad_device_writes_nothing(tmp_path, capsys):
+    assert cli_main(["demo", "--out", str(tmp_path), "--device", "GPU"]) == 2
+    assert "device must be" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_demo_out_of_a_missing_folder_creates_it(tmp_path):
     out = tmp_path / "new" / "folder"
     assert cli_main(["demo", "--out", str(out), "--device", "cpu"]) == 0

@@ -34,6 +34,13 @@ def test_environment_is_parsed_and_checked():
     assert s.nvcomp_library == "/opt/libnvcomp.so"
 
 
+def test_integers_with_leading_zeros_are_decimal():
+    s = Settings.from_environment(
+        {"LINUMPY_GPU_IO_THREADS": "08", "LINUMPY_GPU_READ_AHEAD_BYTES": " 01048576 "}
+    )
+    assert (s.io_threads, s.read_ahead_bytes) == (8, 1 << 20)
+
+
 @pytest.mark.parametrize(
     "variable, value, message",
     [
