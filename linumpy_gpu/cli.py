@@ -1432,11 +1432,10 @@ def _demo(args: argparse.Namespace) -> int:
     import numpy as np
     import zarr
 
+    from linumpy_gpu.backends import resolve_backend
     from linumpy_gpu.errors import DeviceFallbackWarning, StoreExistsError
     from linumpy_gpu.image import open_image
     from linumpy_gpu.sample import write_sample
-
-    from linumpy_gpu.backends import resolve_backend
 
     out = args.out
     # the device is settled before the sample is written: a bad --device writes nothing

@@ -21,7 +21,7 @@ import shutil
 import socket
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from linumpy_gpu.errors import StoreError, StoreExistsError, StorePermissionError
@@ -77,36 +77,61 @@ def is_zarr_store(path: str) -> bool:
     return any(os.path.isfile(os.path.join(path, m)) for m in ZARR_MARKERS)
 
 
-def _metadata_document(folder: str, name: str) -> dict[str, Any]:
+# Reads one zarr metadata document of a node: (node, name) -> its JSON object ({} where it
+# is not one), or None where the document is absent. Local folders and object stores each
+# give one, so what an overwrite may replace is decided once for both.
+DocumentReader = Callable[[str, str], "dict[str, Any] | None"]
+
+
+def local_document(folder: str, name: str) -> dict[str, Any] | None:
+    """The metadata document ``name`` of the local folder ``folder`` (a DocumentReader)."""
     try:
         with open(os.path.join(folder, name), "rb") as f:
             document = json.loads(f.read() or b"{}")
+    except FileNotFoundError:
+        return None
     except (OSError, ValueError):
         return {}
     return document if isinstance(document, dict) else {}
 
 
-def _is_zarr_array(folder: str) -> bool:
-    """Whether ``folder`` holds a zarr array (v3 or v2), not a group."""
-    if os.path.isfile(os.path.join(folder, ".zarray")):
-        return True
-    return _metadata_document(folder, "zarr.json").get("node_type") == "array"
-
-
-def _is_multiscale_image(folder: str) -> bool:
-    """Whether ``folder`` is an OME-Zarr multiscale image (v3 or v2 attributes): what lies
-    inside it (its levels, its labels group) is part of it."""
-    attributes = _metadata_document(folder, "zarr.json").get("attributes")
-    if isinstance(attributes, dict):
+def replace_refusal(read: DocumentReader, target: str, parents: Iterable[str]) -> str | None:
+    """Why the zarr node ``target`` may not be replaced by a new image, or None: it is an
+    array, or it lies inside a multiscale image (its levels, its labels), which it would
+    break. ``parents``: the nodes above ``target``, nearest first; the walk stops at the
+    first that is not a zarr group."""
+    v3 = read(target, "zarr.json")
+    if read(target, ".zarray") is not None or (v3 or {}).get("node_type") == "array":
+        return "is a zarr array"
+    for parent in parents:
+        v3 = read(parent, "zarr.json")
+        v2 = read(parent, ".zattrs")
+        if v3 is None and v2 is None and read(parent, ".zgroup") is None:
+            return None
+        attributes = (v3 or {}).get("attributes")
+        attributes = attributes if isinstance(attributes, dict) else {}
         ome = attributes.get("ome")
-        if "multiscales" in attributes or (isinstance(ome, dict) and "multiscales" in ome):
-            return True
-    return "multiscales" in _metadata_document(folder, ".zattrs")
+        if (
+            "multiscales" in attributes
+            or (isinstance(ome, dict) and "multiscales" in ome)
+            or "multiscales" in (v2 or {})
+        ):
+            return f"lies inside the image at '{parent}'"
+    return None
 
 
-def check_replaceable(target: str) -> None:
+def _local_parents(folder: str) -> Iterator[str]:
+    folder = os.path.abspath(folder)
+    while (parent := os.path.dirname(folder)) != folder:
+        yield parent
+        folder = parent
+
+
+def check_replaceable(target: str, whole: bool = True) -> None:
     """Refuse to replace ``target`` unless it is a zarr store or an empty folder: an
-    ``overwrite=True`` aimed at the wrong folder must not delete what we did not write."""
+    ``overwrite=True`` aimed at the wrong folder must not delete what we did not write.
+    ``whole``: ``target`` is to become an image of its own, so it may not lie inside
+    another image (a label write passes False: its label image lies inside its image)."""
     if not os.path.lexists(target):
         return
     if os.path.islink(target) or not os.path.isdir(target):
@@ -118,10 +143,10 @@ def check_replaceable(target: str) -> None:
             f"'{target}' exists and is not a zarr store (no zarr.json, .zgroup or .zattrs at "
             "its top level); refusing to replace it: choose another path or remove it yourself"
         )
-    if _is_zarr_array(target) or _is_multiscale_image(os.path.dirname(target.rstrip(os.sep))):
+    reason = replace_refusal(local_document, target, _local_parents(target) if whole else ())
+    if reason:
         raise StoreExistsError(
-            f"'{target}' is an array or a part of another image's store; refusing to replace "
-            "it: write the image to a path of its own"
+            f"'{target}' {reason}; refusing to replace it: write the image to a path of its own"
         )
     if not os.access(target, os.W_OK | os.X_OK):
         # a store made read-only is protected by its owner (and its files could not be
@@ -133,10 +158,11 @@ def check_replaceable(target: str) -> None:
 
 
 @contextlib.contextmanager
-def built_beside(target: str, overwrite: bool) -> Iterator[str]:
+def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[str]:
     """Yield a new hidden folder beside ``target`` to build a store in; once the block
     finishes, swap it into ``target`` (replacing an existing store only with
-    ``overwrite``). If the block fails, the folder is removed and ``target`` is untouched."""
+    ``overwrite``, and ``whole`` as for :func:`check_replaceable`). If the block fails, the
+    folder is removed and ``target`` is untouched."""
     parent, base = os.path.split(os.path.abspath(target))
     os.makedirs(parent, exist_ok=True)
     remove_stale_staging(parent, base)
@@ -150,7 +176,7 @@ def built_beside(target: str, overwrite: bool) -> Iterator[str]:
         if os.path.lexists(target):
             if not overwrite:
                 raise StoreExistsError(f"'{target}' appeared while it was being written")
-            check_replaceable(target)
+            check_replaceable(target, whole)
             _exchange(staging, target)  # staging now holds the old store
         else:
             os.rename(staging, target)

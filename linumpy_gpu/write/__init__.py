@@ -11,6 +11,7 @@ source while it is written.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from collections.abc import Sequence
@@ -29,7 +30,13 @@ from linumpy_gpu.errors import (
     WriteError,
 )
 from linumpy_gpu.image import Level, MultiscaleImage, open_image
-from linumpy_gpu.io.files import UnitLocks, built_beside, check_replaceable
+from linumpy_gpu.io.files import (
+    DocumentReader,
+    UnitLocks,
+    built_beside,
+    check_replaceable,
+    replace_refusal,
+)
 from linumpy_gpu.io.stores import locate, translated_errors
 from linumpy_gpu.ngff import build
 from linumpy_gpu.ngff.model import Channel
@@ -225,14 +232,16 @@ def write_labels(
     if root is not None:
         store = zarr.storage.LocalStore(root)  # writable whatever mode the image was opened in
         target = os.path.join(os.fspath(root), *labels_path.split("/"), name)
-        _check_destination(target, overwrite)
-        with translated_errors(target), built_beside(target, overwrite) as staging:
+        _check_destination(target, overwrite, whole=False)
+        with translated_errors(target), built_beside(target, overwrite, whole=False) as staging:
             write_image(_local_group(staging, plan), data, plan, backend, False, target)
     else:
         if getattr(store, "read_only", False):
             store = store.with_read_only(False)
         _check_not_reading_from(data, store, f"{labels_path}/{name}", where)
-        label_root = _remote_group(store, f"{labels_path}/{name}", plan, overwrite, where)
+        label_root = _remote_group(
+            store, f"{labels_path}/{name}", plan, overwrite, where, whole=False
+        )
         write_image(label_root, data, plan, backend, False, where)
     # the listing is read, extended and written back: one writer at a time (other
     # processes too, on a local store), or concurrent label writes lose entries
@@ -280,11 +289,11 @@ def _check_label_name(name: Any, parent: Any) -> None:
         )
 
 
-def _check_destination(target: str, overwrite: bool) -> None:
+def _check_destination(target: str, overwrite: bool, whole: bool = True) -> None:
     if os.path.lexists(target):
         if not overwrite:
             raise StoreExistsError(f"'{target}' exists; pass overwrite=True to replace it")
-        check_replaceable(target)
+        check_replaceable(target, whole)
 
 
 def _local_group(folder: str, plan: ImagePlan) -> Any:
@@ -292,9 +301,12 @@ def _local_group(folder: str, plan: ImagePlan) -> Any:
     return zarr.open_group(store=store, mode="w", zarr_format=plan.zarr_format)
 
 
-def _remote_group(store: Any, path: str, plan: ImagePlan, overwrite: bool, where: str) -> Any:
+def _remote_group(
+    store: Any, path: str, plan: ImagePlan, overwrite: bool, where: str, whole: bool = True
+) -> Any:
     """The group to write into at ``path`` of a store we cannot build beside; an existing
-    zarr group there is deleted (``overwrite``) only now that every check has passed."""
+    zarr group there is deleted (``overwrite``) only now that every check has passed.
+    ``whole``: as for :func:`check_replaceable`."""
     with translated_errors(where):
         existing = _existing_node(store, path)
         if existing == "other":
@@ -303,7 +315,53 @@ def _remote_group(store: Any, path: str, plan: ImagePlan, overwrite: bool, where
             )
         if existing == "zarr" and not overwrite:
             raise StoreExistsError(f"'{where}' exists; pass overwrite=True to replace it")
+        if existing == "zarr":
+            read, target, parents = _store_nodes(store, path)
+            reason = replace_refusal(read, target, parents if whole else ())
+            if reason:
+                raise StoreExistsError(
+                    f"'{where}' {reason}; refusing to replace it: write the image to a path "
+                    "of its own"
+                )
         return zarr.open_group(store=store, path=path, mode="w", zarr_format=plan.zarr_format)
+
+
+def _store_nodes(store: Any, path: str) -> tuple[DocumentReader, str, list[str]]:
+    """A metadata reader for ``store``, the node at ``path`` in its terms, and the nodes
+    above it, nearest first: beyond the store's root too where the store is a folder of
+    an fsspec file system (an image inside another's store is opened at its own URL)."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    fs, root = getattr(store, "fs", None), getattr(store, "path", None)
+    if fs is not None and isinstance(root, str) and hasattr(fs, "_cat_file"):
+
+        def read_file(node: str, name: str) -> dict[str, Any] | None:
+            try:
+                raw = sync(fs._cat_file(f"{node}/{name}" if node else name))
+            except FileNotFoundError:
+                return None
+            return _json_object(raw)
+
+        node = "/".join(p for p in (root.rstrip("/"), path) if p)
+        parts = node.split("/")
+        parents = ["/".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+        return read_file, node, [p for p in parents if p.strip("/")]
+
+    def read_key(node: str, name: str) -> dict[str, Any] | None:
+        raw = sync(store.get(f"{node}/{name}" if node else name, default_buffer_prototype()))
+        return None if raw is None else _json_object(raw.to_bytes())
+
+    parts = path.split("/") if path else []
+    return read_key, path, ["/".join(parts[:i]) for i in range(len(parts) - 1, -1, -1)]
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        document = json.loads(raw or b"{}")
+    except ValueError:
+        return {}
+    return document if isinstance(document, dict) else {}
 
 
 def _check_not_reading_from(data: Any, store: Any, path: str, where: str) -> None:

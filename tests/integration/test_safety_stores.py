@@ -157,10 +157,10 @@ def test_overwrite_never_replaces_what_is_not_a_zarr_store(tmp_path, kind):
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("part", ["0", "labels", "plain-array"])
+@pytest.mark.parametrize("part", ["0", "labels", "labels/cells", "plain-array"])
 def test_overwrite_never_replaces_a_part_of_another_store(tmp_path, part):
-    """A level of an image, its labels group, or a zarr array is not a store to replace
-    (a path completed one folder too deep)."""
+    """A level of an image, its labels group or a label image, or a zarr array is not a
+    store to replace (a path completed one folder too deep)."""
     image = tmp_path / "img.zarr"
     lg.write_ome_zarr(image, volume(), levels=2, device="cpu")
     lg.write_labels(image, "cells", (volume() % 3).astype("u1"))
@@ -174,6 +174,34 @@ def test_overwrite_never_replaces_a_part_of_another_store(tmp_path, part):
         lg.write_ome_zarr(target, volume(), overwrite=True, device="cpu")
     assert snapshot(tmp_path) == before
     np.testing.assert_array_equal(lg.open_ome_zarr(image)[0][...], volume())
+
+
+@pytest.mark.parametrize("part", ["0", "labels", "labels/cells", "plain-array"])
+def test_overwrite_never_replaces_a_part_of_another_store_on_an_object_store(part):
+    import fsspec
+
+    root = f"memory://parts-{os.getpid()}-{part.replace('/', '-')}"
+    image = f"{root}/img.zarr"
+    lg.write_ome_zarr(image, volume(), levels=2, device="cpu")
+    lg.write_labels(image, "cells", (volume() % 3).astype("u1"))
+    zarr.create_array(f"{root}/plain-array", shape=(4,), dtype="u1", fill_value=7)
+    target = f"{root}/plain-array" if part == "plain-array" else f"{image}/{part}"
+    fs = fsspec.filesystem("memory")
+    before = {k: fs.cat(k) for k in fs.find(root.split("://")[1])}
+    with pytest.raises(lg.StoreExistsError, match="refusing"):
+        lg.write_ome_zarr(target, volume(), overwrite=True, device="cpu")
+    assert {k: fs.cat(k) for k in fs.find(root.split("://")[1])} == before
+    fs.rm(root.split("://")[1], recursive=True)
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_a_label_image_is_still_replaced_through_write_labels(tmp_path, where):
+    image = str(tmp_path / "img.zarr") if where == "local" else f"memory://relabel-{os.getpid()}"
+    lg.write_ome_zarr(image, volume(), levels=2, device="cpu")
+    lg.write_labels(image, "cells", (volume() % 3).astype("u1"))
+    lg.write_labels(image, "cells", (volume() % 5).astype("u1"), overwrite=True)
+    label = lg.open_ome_zarr(image).labels["cells"]
+    np.testing.assert_array_equal(label[0][...], (volume() % 5).astype("u1"))
 
 
 def test_overwrite_of_an_empty_folder_is_allowed(tmp_path):
