@@ -24,7 +24,7 @@ from linumpy_gpu.core.layout import ArrayLayout, layout_of
 from linumpy_gpu.core.selection import normalize_selection
 from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.errors import ChunkWriteError, SelectionError, UnsupportedWriteError, WriteError
-from linumpy_gpu.io.files import UnitLocks, write_file_atomically
+from linumpy_gpu.io.files import UnitLocks, remove_stale_partials, write_file_atomically
 
 # Stored bytes: ordinary bytes, or a view of the memory an encoder landed them in
 Buffer = bytes | memoryview
@@ -280,6 +280,8 @@ class ChunkedArrayWriter:
         folder = os.path.dirname(path)
         if folder not in self._made_dirs:
             os.makedirs(folder, exist_ok=True)
+            # what an earlier write of this folder, killed midway, left there
+            remove_stale_partials(folder)
             self._made_dirs.add(folder)
         write_file_atomically(path, blob)
 

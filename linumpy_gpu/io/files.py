@@ -49,7 +49,8 @@ def replacing(path: str) -> Iterator[str]:
     renamed to ``path`` when the block ends, so readers see the old file or the new one,
     never part of either, and removed if the block fails."""
     folder, name = os.path.split(path)
-    tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex[:12]}.partial")
+    # named by host and process, so a later writer can tell one left by a killed process
+    tmp = os.path.join(folder, f".{name}.{_HOST}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
     try:
         yield tmp
         os.replace(tmp, path)
@@ -222,6 +223,24 @@ def remove_stale_staging(parent: str, base: str) -> None:
                 continue
             if not _process_alive(int(found.group(2))):
                 shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+# Temporary files of :func:`replacing`: the file's name, then the host and process.
+_PARTIAL = re.compile(r"\..+\.(h[0-9a-f]{8})\.(\d+)-[0-9a-f]{8}\.partial")
+
+
+def remove_stale_partials(folder: str, any_process: bool = False) -> None:
+    """Remove the temporary files of atomic writes that processes of this host killed
+    mid-write left in ``folder`` (``any_process``: also those of live processes, once
+    every writer of the folder is known to be done)."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            found = _PARTIAL.fullmatch(name)
+            if found is None or found.group(1) != _HOST:
+                continue
+            if any_process or not _process_alive(int(found.group(2))):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
 
 
 def _process_alive(pid: int) -> bool:

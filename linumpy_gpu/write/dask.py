@@ -22,7 +22,6 @@ import dataclasses
 import itertools
 import math
 import os
-import re
 import sys
 import threading
 import uuid
@@ -45,16 +44,13 @@ from linumpy_gpu.image.dask import (
     open_array,
     store_spec,
 )
-from linumpy_gpu.io.files import destination_of
+from linumpy_gpu.io.files import destination_of, remove_stale_partials
 
 # Decoded bytes of the finer level one pyramid task reads (its output is a fraction of it),
 # per device kind: GPU reads have a fixed cost that only large reads hide.
 PYRAMID_TASK_BYTES = {"cpu": 256 << 20, "gpu": 1 << 30}
 # A storage unit larger than this fraction of a worker's memory limit is refused.
 UNIT_MEMORY_FRACTION = 0.25
-# Temporary files of atomic writes (``io.files.write_file_atomically``) that a killed
-# worker can leave behind.
-_PARTIAL = re.compile(r"\..+\.[0-9a-f]{12}\.partial")
 
 # GPU writes in one worker process take turns (nvCOMP state is per device, not per thread).
 _gpu_write_lock = threading.Lock()
@@ -319,8 +315,5 @@ def downsample_block(
 def remove_partial_files(root: str) -> None:
     """Remove the temporary files that workers killed mid-write left in the store being
     built at ``root`` (their retries wrote the units again, whole)."""
-    for folder, _, files in os.walk(root):
-        for name in files:
-            if _PARTIAL.fullmatch(name):
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(folder, name))
+    for folder, _, _ in os.walk(root):
+        remove_stale_partials(folder, any_process=True)

@@ -281,8 +281,27 @@ def test_a_writer_killed_at_random_moments_leaves_every_chunk_old_or_new(store):
                 for i, c, n in zip(index, chunks, shape, strict=True)
             )
             assert _states_are_whole(data[part], before[part], box[part]), (moment, index)
-    # what a killed writer leaves: at most hidden temporary files, which readers never see
+    # what a killed writer leaves: at most hidden temporary files, which readers never see,
+    # and which the next write of their folders removes
     assert all(p.name.startswith(".") for p in store.rglob("*.partial"))
+    lg.open_ome_zarr(store, mode="r+")[0][...] = data
+    assert not list(store.rglob("*.partial"))
+
+
+def test_temporary_files_of_live_writers_are_left_alone(store):
+    from linumpy_gpu.io import files as fileio
+
+    folder = next(p.parent for p in store.rglob("*") if p.is_file() and p.parent.name != "0")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        left = folder / f".x.{fileio._HOST}.{live.pid}-0123abcd.partial"
+        left.write_bytes(b"in flight")
+        level = lg.open_ome_zarr(store, mode="r+")[0]
+        level[...] = level[...]
+        assert left.exists()
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_a_failed_region_write_leaves_no_partial_files_and_names_the_key(store, monkeypatch):
