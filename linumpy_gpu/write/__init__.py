@@ -41,7 +41,13 @@ from linumpy_gpu.io.stores import locate, translated_errors
 from linumpy_gpu.ngff import build
 from linumpy_gpu.ngff.model import Channel
 from linumpy_gpu.write.levels import write_image
-from linumpy_gpu.write.plan import ImagePlan, label_colors, plan_image, zarr_format_of
+from linumpy_gpu.write.plan import (
+    ImagePlan,
+    label_colors,
+    label_properties,
+    plan_image,
+    zarr_format_of,
+)
 
 # Label names become folder names: plain names only.
 _LABEL_NAME = re.compile(r"[^/\\\x00-\x1f]+")
@@ -190,7 +196,7 @@ def write_labels(
     if method not in LABEL_METHODS:
         raise WriteError(f"label pyramids use 'mode' or 'nearest', not {method!r}")
     color_list = label_colors(colors)
-    props = [dict(p) for p in properties or []]
+    props = label_properties(properties)
     if (
         color_list
         and props

@@ -3,6 +3,7 @@ as a reader will read it, before anything touches the disk."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
@@ -102,7 +103,9 @@ def plan_image(
     axis_names = list(axes)
     if len(axis_names) != ndim:
         raise WriteError(f"{len(axis_names)} axes {axis_names} for {ndim}-D data of shape {shape}")
-    if units is not None and (isinstance(units, str) or len(units) != ndim):
+    if units is not None and (
+        isinstance(units, str) or not isinstance(units, Sequence) or len(units) != ndim
+    ):
         raise WriteError(f"units must give one unit (or None) per axis, got {units!r}")
     axis_objs = build.make_axes(axis_names, units)
     scale_t = _numbers("scale", scale, ndim, 1.0)
@@ -172,7 +175,11 @@ def plan_image(
 def _numbers(label: str, values: Any, ndim: int, default: float) -> tuple[float, ...]:
     if values is None:
         return (default,) * ndim
-    if isinstance(values, str) or not isinstance(values, Sequence | np.ndarray):
+    if (
+        isinstance(values, str)
+        or not isinstance(values, Sequence | np.ndarray)
+        or np.ndim(values) != 1
+    ):
         raise WriteError(f"{label} must be {ndim} numbers, got {values!r}")
     if len(values) != ndim:
         raise WriteError(f"{label} has {len(values)} values for {ndim}-D data")
@@ -180,7 +187,7 @@ def _numbers(label: str, values: Any, ndim: int, default: float) -> tuple[float,
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
             raise WriteError(f"{label} must be {ndim} numbers, got {list(values)}")
-        if not math.isfinite(float(v)):
+        if not _finite(v):
             raise WriteError(f"{label} must be finite, got {list(values)}")
         out.append(float(v))
     return tuple(out)
@@ -270,7 +277,12 @@ def _channels(channels: Any, axes: list[str], shape: tuple[int, ...]) -> list[Ch
         window = ch.get("window")
         if window is not None and (
             not isinstance(window, dict)
-            or not all(isinstance(v, int | float) and math.isfinite(v) for v in window.values())
+            or not all(
+                isinstance(v, int | float | np.integer | np.floating)
+                and not isinstance(v, bool)
+                and _finite(v)
+                for v in window.values()
+            )
         ):
             raise WriteError(f"channel window must be a dict of finite numbers, got {window!r}")
         label = ch.get("label")
@@ -283,6 +295,8 @@ def _channels(channels: Any, axes: list[str], shape: tuple[int, ...]) -> list[Ch
                 "active are)",
                 MetadataWarning,
             )
+        if window is not None:
+            window = {k: v.item() if isinstance(v, np.generic) else v for k, v in window.items()}
         out.append(Channel(label, color.upper() if color else None, window, ch.get("active")))
     if out and "c" in axes and len(out) != shape[axes.index("c")]:
         raise WriteError(f"{len(out)} channels for a 'c' axis of length {shape[axes.index('c')]}")
@@ -388,6 +402,7 @@ def label_colors(colors: Any) -> list[dict[str, Any]]:
         rgba = c.get("rgba")
         if rgba is not None and (
             isinstance(rgba, str)
+            or not isinstance(rgba, Sequence | np.ndarray)
             or len(rgba) != 4
             or not all(isinstance(v, int | np.integer) and 0 <= v <= 255 for v in rgba)
         ):
@@ -395,6 +410,40 @@ def label_colors(colors: Any) -> list[dict[str, Any]]:
         c["rgba"] = [int(v) for v in rgba] if rgba is not None else None
         c["label-value"] = int(value)
     return items
+
+
+def label_properties(properties: Any) -> list[dict[str, Any]]:
+    """Label properties given as NGFF dicts (one per label value), checked, with numpy
+    numbers as Python numbers: what JSON can hold."""
+    if properties is None:
+        return []
+    if isinstance(properties, str | dict) or not isinstance(properties, Sequence):
+        raise WriteError(f"properties must be a list of dicts, one per label, got {properties!r}")
+    out = []
+    for p in properties:
+        if not isinstance(p, dict) or not all(isinstance(k, str) for k in p):
+            raise WriteError(f"each label's properties must be a dict with text keys, got {p!r}")
+        value = p.get("label-value")
+        if not isinstance(value, int | np.integer) or isinstance(value, bool):
+            raise WriteError(f"label properties {p} need an integer 'label-value'")
+        item = {k: v.item() if isinstance(v, np.generic) else v for k, v in p.items()}
+        try:
+            # strict JSON: NaN and infinity are not JSON, and viewers' parsers refuse them
+            json.dumps(item, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise WriteError(
+                f"label properties {p} cannot be written as JSON ({exc}); give numbers, "
+                "text, lists or dicts, and None where a value is missing"
+            ) from None
+        out.append(item)
+    return out
+
+
+def _finite(v: Any) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:  # an int beyond float's range
+        return False
 
 
 def zarr_format_of(version: str) -> Literal[2, 3]:

@@ -61,6 +61,9 @@ def test_bad_input_fails_before_writing(tmp_path):
         (dict(shards=(3, 8, 8), chunks=(2, 8, 8)), "multiples"),
         (dict(version="0.7"), "version"),
         (dict(method="median"), "method"),
+        (dict(units=5), "units"),
+        (dict(scale=np.array(1.0)), "scale"),
+        (dict(axes="cyx", channels=[{"window": {"start": 0, "end": 10**400}}] * 4), "window"),
     ]:
         with pytest.raises(WriteError, match=match):
             write_ome_zarr(target, data, **kwargs)
@@ -107,3 +110,38 @@ def test_a_pyramid_by_default_down_to_a_256_tile(tmp_path, shape, levels):
     if levels > 1:
         assert max(img[-2].shape[-2:]) > 256
     assert img.scale(levels - 1)[-1] == 2.0 ** (levels - 1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(properties=[1]), "dict"),
+        (dict(properties="cells"), "list of dicts"),
+        (dict(properties=[{"label-value": 1, "mean": float("nan")}]), "JSON"),
+        (dict(properties=[{"label-value": 1, "when": object()}]), "JSON"),
+        (dict(colors={1: 5}), "rgba"),
+    ],
+)
+def test_bad_label_metadata_is_refused_before_writing(tmp_path, kwargs, match):
+    img = write_ome_zarr(tmp_path / "img.zarr", np.zeros((4, 8, 8), "u2"))
+    with pytest.raises(WriteError, match=match):
+        lg.write_labels(img, "cells", np.zeros((4, 8, 8), "u1"), **kwargs)
+    assert not (tmp_path / "img.zarr" / "labels").exists()
+
+
+def test_label_metadata_from_numpy_measurements_is_written_as_json_numbers(tmp_path):
+    img = write_ome_zarr(tmp_path / "img.zarr", np.zeros((4, 8, 8), "u2"))
+    seg = np.zeros((4, 8, 8), "u1")
+    seg[1:3, 2:5, 2:5] = 1
+    values, counts = np.unique(seg, return_counts=True)
+    props = [
+        {"label-value": v, "area": c, "mean": np.float32(0.5)}
+        for v, c in zip(values, counts, strict=True)
+    ]
+    label = lg.write_labels(img, "cells", seg, properties=props)
+    written = ngff_attrs(tmp_path / "img.zarr" / "labels" / "cells")["image-label"]["properties"]
+    assert written == [
+        {"label-value": 0, "area": 238, "mean": 0.5},
+        {"label-value": 1, "area": 18, "mean": 0.5},
+    ]
+    np.testing.assert_array_equal(label[0][...], seg)
