@@ -222,9 +222,9 @@ class MultiscaleImage:
     ) -> None:
         """Recompute the lower levels under ``region`` of level 0 (slices; None = all),
         after region writes into level 0. ``method`` defaults to the one the metadata
-        records (``type``), else "mean" for images and "nearest" for label images (whose
-        levels hold only values of level 0: "mode" or "nearest"). ``progress``: a progress
-        bar (default: the ``progress`` setting)."""
+        records (``type``; another is refused), else "mean" for images and "nearest" for
+        label images (whose levels hold only values of level 0: "mode" or "nearest").
+        ``progress``: a progress bar (default: the ``progress`` setting)."""
         from linumpy_gpu.engine.pyramid import (
             LABEL_METHODS,
             METHODS,
@@ -237,6 +237,14 @@ class MultiscaleImage:
         recorded = self.meta.type if self.meta.type in METHODS else None
         if labels and recorded not in LABEL_METHODS:
             recorded = None
+        if method is not None and recorded is not None and method != recorded:
+            # the metadata (its type, and the levels' translations, which differ between
+            # methods) describes levels made with the recorded method
+            raise InvalidArgumentError(
+                f"'{self.path}' records its levels as made with {recorded!r}; update_pyramid "
+                f"with {method!r} would leave that metadata wrong: use {recorded!r}, or write "
+                "the pyramid again with the new method"
+            )
         method = method or recorded or ("nearest" if labels else "mean")
         if labels and method not in LABEL_METHODS:
             # a mean of two labels is a third label that names nothing

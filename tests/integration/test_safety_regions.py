@@ -514,3 +514,18 @@ def test_update_pyramid_of_a_label_image_keeps_its_labels(tmp_path):
     assert set(np.unique(labels[1][...]).tolist()) <= {1, 5}
     with pytest.raises(lg.InvalidArgumentError, match="label image"):
         labels.update_pyramid(method="mean")
+
+
+def test_update_pyramid_refuses_a_method_other_than_the_recorded_one(tmp_path):
+    """The metadata records the method and the translations it gives: another method
+    would leave levels that the metadata places half a voxel wrong."""
+    data = np.arange(8 * 16 * 16, dtype="u2").reshape(8, 16, 16)
+    img = lg.write_ome_zarr(tmp_path / "n.zarr", data, levels=2, method="nearest")
+    before = img[1][...]
+    img = lg.open_ome_zarr(tmp_path / "n.zarr", mode="r+")
+    img[0][...] = data + 1
+    with pytest.raises(lg.InvalidArgumentError, match="records its levels as made with 'nearest'"):
+        img.update_pyramid(method="mean")
+    np.testing.assert_array_equal(img[1][...], before)
+    img.update_pyramid(method="nearest")
+    np.testing.assert_array_equal(img[1][...], (data + 1)[::2, ::2, ::2])
