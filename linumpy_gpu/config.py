@@ -21,13 +21,16 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import math
 import os
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from linumpy_gpu.errors import ConfigError
+import numpy as np
+
+from linumpy_gpu.errors import ConfigError, ConfigWarning, warn
 
 ENV_PREFIX = "LINUMPY_GPU_"
 
@@ -88,11 +91,27 @@ class Settings:
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """The defaults with every ``LINUMPY_GPU_<NAME>`` variable of ``environ`` applied."""
         environ = os.environ if environ is None else environ
+        known = {ENV_PREFIX + name.upper() for name in names()}
+        unknown = sorted(v for v in environ if v.startswith(ENV_PREFIX) and v not in known)
+        if unknown:
+            warn(
+                f"{', '.join(unknown)} {'names' if len(unknown) == 1 else 'name'} no setting "
+                f"and {'is' if len(unknown) == 1 else 'are'} ignored; the settings' variables "
+                f"are {', '.join(sorted(known))}",
+                ConfigWarning,
+            )
         changes = {}
         for f in fields(cls):
-            raw = environ.get(ENV_PREFIX + f.name.upper(), "").strip()
+            variable = ENV_PREFIX + f.name.upper()
+            raw = environ.get(variable, "").strip()
             if raw:
-                changes[f.name] = _parse(f.name, raw)
+                try:
+                    changes[f.name] = _check(f.name, _parse(f.name, raw))
+                except ConfigError as exc:
+                    message = str(exc)
+                    if not message.startswith(variable):
+                        message = f"{variable}={raw!r}: {message}"
+                    raise ConfigError(message) from None
         return cls().replace(**changes)
 
 
@@ -148,17 +167,21 @@ def _check(name: str, value: Any) -> Any:
     kind = kind.rstrip("?")
     if value is None and optional:
         return None
+    if isinstance(value, np.integer | np.floating | np.bool_):
+        value = value.item()  # numpy numbers count as the Python numbers they hold
     ok = {
         "bool": isinstance(value, bool),
         "int": isinstance(value, int) and not isinstance(value, bool),
-        "float": isinstance(value, int | float) and not isinstance(value, bool),
+        "float": isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value),
         "str": isinstance(value, str) and bool(value),
         "choice": value in _CHOICES.get(name, ()),
     }[kind]
     if ok and kind in ("int", "float") and not value >= minimum:  # also refuses nan
         ok = False
     if not ok:
-        bound = {"int": f" >= {int(minimum)}", "float": f" >= {minimum:g}"}.get(kind, "")
+        bound = {"int": f" >= {int(minimum)}", "float": f" >= {minimum:g} and finite"}.get(kind, "")
         nothing = " or None" if optional else ""
         noun = {"bool": "True or False", "int": "an integer", "float": "a number"}.get(kind, "text")
         if kind == "choice":

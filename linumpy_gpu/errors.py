@@ -202,6 +202,10 @@ class MetadataWarning(LinumpyGpuWarning):
     """Metadata that is readable but not what the specification recommends."""
 
 
+class ConfigWarning(LinumpyGpuWarning):
+    """A ``LINUMPY_GPU_*`` environment variable that names no setting (a misspelt name)."""
+
+
 class DeviceFallbackWarning(LinumpyGpuWarning):
     """``device="auto"`` found no usable GPU and reads on the CPU instead."""
 
@@ -232,6 +236,7 @@ __all__ = [
     "ChunkWriteError",
     "CodecError",
     "ConfigError",
+    "ConfigWarning",
     "DamagedChunkWarning",
     "DeviceFallbackWarning",
     "DeviceMemoryError",

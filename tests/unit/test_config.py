@@ -169,3 +169,23 @@ def test_a_block_setting_the_default_value_still_counts_as_set(tmp_path):
         settings = read_settings(level)
     assert settings["io_threads"] is None and settings["progress"] is False
     assert lg.config.sources()["io_threads"] != "set"
+
+
+@pytest.mark.parametrize(
+    "variable, value", [("LINUMPY_GPU_IO_THREADS", "0"), ("LINUMPY_GPU_SCRATCH_FRACTION", "inf")]
+)
+def test_out_of_range_environment_values_name_the_variable(variable, value):
+    with pytest.raises(lg.ConfigError, match=f"^{variable}='{value}': "):
+        Settings.from_environment({variable: value})
+
+
+def test_a_misspelt_variable_is_warned_about():
+    with pytest.warns(lg.ConfigWarning, match="LINUMPY_GPU_IO_THREAD names no setting"):
+        s = Settings.from_environment({"LINUMPY_GPU_IO_THREAD": "4"})
+    assert s.io_threads is None
+
+
+def test_numpy_numbers_are_settings_values():
+    with lg.config.set(io_threads=np.int64(4), scratch_fraction=np.float32(0.5)) as s:
+        assert (s.io_threads, s.scratch_fraction) == (4, 0.5)
+        assert type(s.io_threads) is int
