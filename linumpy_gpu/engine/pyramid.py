@@ -229,24 +229,30 @@ def _mean_axis(a: Any, axis: int, f: int, xp: Any) -> Any:
 
 
 def _mode(a: Any, factors: Sequence[int], xp: Any) -> Any:
-    """Most frequent value per block (ties: the smallest), for label images."""
+    """Most frequent value per block (ties: the smallest), for label images. An edge
+    block counts only the elements it has."""
     out_shape = tuple(-(-n // f) for n, f in zip(a.shape, factors, strict=True))
-    # Gather every offset within the block (edge blocks repeat their last element).
-    candidates = []
+    candidates, inside = [], []
     for offset in np.ndindex(*factors):
-        index = tuple(
-            xp.minimum(xp.arange(m) * f + o, n - 1)
-            for m, f, o, n in zip(out_shape, factors, offset, a.shape, strict=True)
-        )
+        starts = [xp.arange(m) * f + o for m, f, o in zip(out_shape, factors, offset, strict=True)]
+        # past an edge block's end the index is clamped (any element will do) and masked
+        index = tuple(xp.minimum(i, n - 1) for i, n in zip(starts, a.shape, strict=True))
         candidates.append(a[xp.ix_(*index)])
+        valid = xp.ones(out_shape, dtype=bool)
+        for axis, (i, n) in enumerate(zip(starts, a.shape, strict=True)):
+            shape = [1] * len(out_shape)
+            shape[axis] = len(i)
+            valid = valid & (i < n).reshape(shape)
+        inside.append(valid)
     stack = xp.stack(candidates)  # (k, *out_shape)
-    stack = xp.sort(stack, axis=0)
-    k = stack.shape[0]
+    mask = xp.stack(inside)
     counts = xp.zeros(stack.shape, dtype=np.int32)
-    for i in range(k):
-        counts += (stack == stack[i : i + 1]).astype(np.int32)
-    best = xp.argmax(counts, axis=0)  # first maximum = smallest value among ties
-    return xp.take_along_axis(stack, best[None], axis=0)[0]
+    for i in range(stack.shape[0]):
+        counts += ((stack == stack[i : i + 1]) & mask[i : i + 1]).astype(np.int32)
+    counts = xp.where(mask, counts, -1)
+    winners = counts == counts.max(axis=0, keepdims=True)
+    # the smallest of the most frequent values: the others are lifted to the block's largest
+    return xp.where(winners, stack, stack.max(axis=0, keepdims=True)).min(axis=0)
 
 
 def _gaussian(a: Any, factors: Sequence[int], xp: Any) -> Any:

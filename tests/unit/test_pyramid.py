@@ -120,6 +120,22 @@ def test_large_mean_downsample_in_slabs_equals_the_whole():
     np.testing.assert_array_equal(downsample(a, (2, 2, 2), "mean"), expected.astype("u2"))
 
 
+@pytest.mark.parametrize("factors", [(3,), (2, 3), (3, 4), (1, 3, 2)])
+def test_mode_of_every_block_edge_blocks_included(factors):
+    """Each block's most frequent value (ties: the smallest), edge blocks counting only the
+    elements they have."""
+    rng = np.random.default_rng(sum(factors))
+    shape = tuple(f * 3 + 1 + i for i, f in enumerate(factors))
+    a = rng.integers(0, 4, shape).astype("u2")
+    got = downsample(a, factors, "mode")
+    assert got.shape == tuple(-(-n // f) for n, f in zip(shape, factors, strict=True))
+    for index in np.ndindex(*got.shape):
+        block = a[tuple(slice(i * f, (i + 1) * f) for i, f in zip(index, factors, strict=True))]
+        values, counts = np.unique(block, return_counts=True)
+        assert got[index] == values[np.argmax(counts)], (index, block.ravel())
+    np.testing.assert_array_equal(downsample(np.array([9, 9, 9, 3, 5], "u1"), (3,), "mode"), [9, 3])
+
+
 def test_mode_downsample_for_labels():
     a = np.array([[1, 1, 2, 3], [1, 2, 3, 3], [5, 5, 0, 0], [5, 4, 0, 7]], dtype="u4")
     np.testing.assert_array_equal(downsample(a, (2, 2), "mode"), [[1, 3], [5, 0]])
