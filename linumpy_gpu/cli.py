@@ -280,7 +280,7 @@ def _open_group(path: str) -> tuple[Any, str]:
     location = locate(path, mode="r")
     with translated_errors(location.where, metadata=True):
         try:
-            group = zarr.open_group(store=location.store, mode="r")
+            group = zarr.open_group(store=location.store, mode="r", use_consolidated=False)
         except zarr.errors.ContainsArrayError:
             raise NotOmeZarrError(
                 location.where, "zarr.json / .zgroup", "an OME-Zarr group", "a zarr array"

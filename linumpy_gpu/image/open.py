@@ -105,7 +105,11 @@ def _open_group(path: Any, mode: str, storage_options: dict[str, Any] | None) ->
         )
     location = locate(path, mode=mode, storage_options=storage_options)
     with translated_errors(location.where, metadata=True):
-        group = zarr.open_group(store=location.store, mode="r+" if mode == "r+" else "r")
+        # the store's own metadata, not a consolidated copy of it: tools that add a label
+        # image or a well without consolidating again leave that copy stale
+        group = zarr.open_group(
+            store=location.store, mode="r+" if mode == "r+" else "r", use_consolidated=False
+        )
     return group, location.where
 
 

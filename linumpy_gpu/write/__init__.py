@@ -270,9 +270,18 @@ def write_labels(
                 {**kept, **value} if isinstance(value, dict) and isinstance(kept, dict) else value
             )
         labels_group.attrs.put(attributes)
+        _consolidate_again(store, prefix, zarr_format)
     with translated_errors(parent.path):
-        fresh = zarr.open_group(store=store, path=prefix, mode="r")
+        fresh = zarr.open_group(store=store, path=prefix, mode="r", use_consolidated=False)
     return open_image(fresh, device=backend).labels[name]
+
+
+def _consolidate_again(store: Any, path: str, zarr_format: Any) -> None:
+    """Where the image holds consolidated metadata (ngff-zarr writes it), bring it up to
+    date with the label image just written, or readers that trust it never see it."""
+    image = zarr.open_group(store=store, path=path, mode="r", use_consolidated=None)
+    if image.metadata.consolidated_metadata is not None:
+        zarr.consolidate_metadata(store, path=path, zarr_format=zarr_format)
 
 
 def _check_label_name(name: Any, parent: Any) -> None:

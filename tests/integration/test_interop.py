@@ -89,3 +89,27 @@ def test_zarr_v2_zstd_chunks_carry_checksums_without_saying_so(tmp_path):
     assert not reopened[0][0:2].any()
     with pytest.raises(lg.WriteError, match="checksum=False"):
         lg.write_ome_zarr(tmp_path / "nock.zarr", volume(), version="0.4", checksum=False)
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_label_images_added_to_a_store_with_consolidated_metadata(tmp_path, version):
+    """ngff-zarr consolidates its stores' metadata: a label image we add is listed there
+    too (zarr-python trusts that copy), and one another tool adds without consolidating
+    again is still found."""
+    nz = pytest.importorskip("ngff_zarr")
+    from ome_zarr.writer import write_labels as ome_zarr_write_labels
+
+    data = (np.arange(9 * 20 * 24) % 500).astype("u2").reshape(9, 20, 24)
+    path = str(tmp_path / "consolidated.ome.zarr")
+    multiscales = nz.to_multiscales(nz.to_ngff_image(data, dims=["z", "y", "x"]), scale_factors=[2])
+    nz.to_ngff_zarr(path, multiscales, version=version)
+    seg = (data % 3).astype("u1")
+    label = lg.write_labels(path, "seg", seg)
+    np.testing.assert_array_equal(label[0][...], seg)
+    assert "seg" in zarr.open_group(path, mode="r")["labels"].group_keys()  # consolidated view
+    ome_zarr_write_labels(
+        seg + 1, zarr.open_group(path, mode="r+", use_consolidated=False), name="cells", axes="zyx"
+    )
+    labels = lg.open_ome_zarr(path).labels
+    assert sorted(labels) == ["cells", "seg"]
+    np.testing.assert_array_equal(labels["cells"][0][...], seg + 1)
