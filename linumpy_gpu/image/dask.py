@@ -27,6 +27,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from linumpy_gpu import config
 from linumpy_gpu.backends import Backend, resolve_backend
 from linumpy_gpu.core.types import NDArray
@@ -366,9 +368,20 @@ def dask_chunks(level: Level, chunks: Any) -> tuple[tuple[int, ...], ...]:
             target = max(target, GPU_AUTO_BYTES)
         chunks = grouped_block(level.shape, unit, level.dtype.itemsize, target)
     try:
-        return da.core.normalize_chunks(chunks, level.shape, dtype=level.dtype)
+        blocks = da.core.normalize_chunks(chunks, level.shape, dtype=level.dtype)
     except (ValueError, TypeError, ZeroDivisionError) as exc:  # 0: dask divides by it
         raise InvalidArgumentError(f"chunks {chunks!r} for shape {level.shape}: {exc}") from exc
+    # dask passes negative and fractional sizes through: blocks that do not tile the level
+    # would read part of it
+    if any(
+        not all(isinstance(b, int | np.integer) and b >= 0 for b in axis) or sum(axis) != n
+        for axis, n in zip(blocks, level.shape, strict=True)
+    ):
+        raise InvalidArgumentError(
+            f"chunks {chunks!r} for shape {level.shape}: block sizes must be whole numbers "
+            "that add up to the level's shape on each axis"
+        )
+    return tuple(tuple(int(b) for b in axis) for axis in blocks)
 
 
 # -- reads --------------------------------------------------------------------------------------

@@ -230,6 +230,10 @@ def test_read_regions_wants_a_list_of_regions(sample):
             level.read_regions(bad)
     with pytest.raises(lg.InvalidArgumentError, match="chunks"):
         level.to_dask(chunks=(8, 0, 8))
+    n = level.shape[0]
+    for bad in [(-2, 5, 5), {0: -3}, ((n - 0.5, 0.5),) + tuple((m,) for m in level.shape[1:])]:
+        with pytest.raises(lg.InvalidArgumentError, match="chunks"):
+            level.to_dask(chunks=bad)
 
 
 def test_read_regions_equals_separate_reads(sample, device):
