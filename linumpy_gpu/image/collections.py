@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -103,6 +104,16 @@ class Plate:
             ) from None
         return Well(group, join(self.path, path), self.backend)
 
+    def __iter__(self) -> Iterator[str]:
+        """The wells' paths ("A/1", ...), as the metadata lists them."""
+        return iter([w.path for w in self.meta.wells])
+
+    def __len__(self) -> int:
+        return len(self.meta.wells)
+
+    def __contains__(self, path: object) -> bool:
+        return any(w.path == path for w in self.meta.wells)
+
     def _repr_html_(self) -> str:
         """An HTML summary for Jupyter: rows, columns and the wells present."""
         from linumpy_gpu.image.repr import plate_html
@@ -200,8 +211,15 @@ class Scene:
             )
         return _open_child(self.group, path, join(self.path, path), self.backend)
 
+    def __iter__(self) -> Iterator[str]:
+        """The images' paths, as the metadata lists them."""
+        return iter(self.meta.image_paths)
+
     def __len__(self) -> int:
         return len(self.meta.image_paths)
+
+    def __contains__(self, path: object) -> bool:
+        return path in self.meta.image_paths
 
     def __repr__(self) -> str:
         return f"<Scene '{self.path}': {len(self)} image(s) {list(self.meta.image_paths)}>"

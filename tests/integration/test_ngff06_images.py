@@ -389,6 +389,7 @@ def test_a_scene_lists_its_images_in_its_coordinate_system(tmp_path):
     (root_path / "zarr.json").write_text(json.dumps(meta))
     scene = lg.open_ome_zarr(root_path)
     assert isinstance(scene, lg.Scene) and len(scene) == 2
+    assert list(scene) == ["tile0", "tile1"] and "tile1" in scene and "tile2" not in scene
     placed = {im.path: im for im in scene.images()}
     assert sorted(placed) == ["tile0", "tile1"]
     shift = lg.ngff.to_matrix(placed["tile1"].transform, 3)
@@ -494,6 +495,8 @@ def test_a_06_plate_opens_and_its_wells_read_equal_on_every_device(tmp_path, dev
     assert isinstance(plate, lg.Plate) and plate.name == "screen"
     assert plate.rows == ("A", "B") and plate.columns == ("1", "2", "3")
     assert [w.path for w in plate.wells] == ["A/1", "B/3"]
+    assert list(plate) == ["A/1", "B/3"] and len(plate) == 2
+    assert "B/3" in plate and "A/2" not in plate
     for (well_path, field), levels in written.items():
         well = plate[well_path]
         assert isinstance(well, lg.Well) and len(well) == 2
