@@ -7,6 +7,7 @@ the bytes of batch k+1 are fetched while batch k is decoded and assembled.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import math
 import threading
@@ -767,7 +768,7 @@ class ChunkedArrayReader:
         try:
             host = np.asarray(self.array[region])
         except Exception as exc:
-            if isinstance(exc, OSError | MemoryError) or translate(exc, self.name) is not None:
+            if _store_failed(exc, self.name):
                 raise  # the store failed, not a chunk
             self._read_delegated_by_chunk(sel, work, on_damaged)
             return
@@ -787,7 +788,7 @@ class ChunkedArrayReader:
             try:
                 part = np.asarray(self.array[region]).astype(layout.dtype, copy=False)
             except Exception as exc:
-                if isinstance(exc, OSError | MemoryError) or translate(exc, self.name) is not None:
+                if _store_failed(exc, self.name):
                     raise
                 key = self._delegated_key(task.coords)
                 error = ChunkDecodeError(self.name, key, str(exc) or type(exc).__name__)
@@ -808,6 +809,15 @@ class ChunkedArrayReader:
         shard = tuple(c // p for c, p in zip(coords, per, strict=True))
         local = tuple(c % p for c, p in zip(coords, per, strict=True))
         return f"{layout.storage_key(shard)} (inner chunk {local})"
+
+
+def _store_failed(exc: Exception, name: str) -> bool:
+    """Whether ``exc``, met while zarr-python read chunks, is the store failing rather than
+    a chunk's bytes. Python's gzip and bz2 report damaged data as OSError too (BadGzipFile;
+    a bare OSError without an errno): those are the chunk's."""
+    if isinstance(exc, gzip.BadGzipFile) or (type(exc) is OSError and exc.errno is None):
+        return False
+    return isinstance(exc, OSError | MemoryError) or translate(exc, name) is not None
 
 
 def _warn_damaged(name: str, damaged: Sequence[ChunkDecodeError]) -> None:

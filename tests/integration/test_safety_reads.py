@@ -479,7 +479,11 @@ def test_every_damaged_chunk_is_detected_or_harmless(tmp_path, device):
             lg.open_ome_zarr(path, device=device)[0][...]
 
 
-@pytest.mark.parametrize("compressor", [numcodecs.Zstd(), None], ids=["zstd", "none"])
+@pytest.mark.parametrize(
+    "compressor",
+    [numcodecs.Zstd(), None, numcodecs.GZip(), numcodecs.BZ2()],
+    ids=["zstd", "none", "gzip", "bz2"],
+)
 def test_damaged_chunks_of_arrays_zarr_python_decodes_are_named(tmp_path, compressor):
     """Arrays the engine hands to zarr-python (here: v2 filters) report a damaged chunk as
     the engine does: a ChunkDecodeError naming it, or the fill value and a warning."""
