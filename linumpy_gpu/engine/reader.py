@@ -57,7 +57,8 @@ PINNED_SHARDS = 256
 @dataclass
 class _InnerChunks:
     """Chunks of a batch within their shards: ``keys`` per chunk (for errors); per chunk
-    present (``rows``), its shard (into ``shard_keys``), offset and length there."""
+    present (``rows``), its shard (into ``shard_keys``), offset and length there; the
+    chunks whose shard index is damaged (``damaged``), neither present nor missing."""
 
     keys: list[str]
     shard_keys: list[str]
@@ -65,13 +66,14 @@ class _InnerChunks:
     shard_of: np.ndarray
     offsets: np.ndarray
     lengths: np.ndarray
+    damaged: dict[int, ChunkDecodeError]  # chunk -> why its shard cannot give it
 
 
 @dataclass
 class _Fetched:
     tasks: ChunkPlan
     keys: list[str]
-    data: list[memoryview | None]
+    data: list[memoryview | ChunkDecodeError | None]  # see _fetch_into
     staging: Any = None
     host_staging: Any = None  # the host-decoded chunks' bytes (kept until they are decoded)
     placement: Placement | None = None
@@ -471,7 +473,7 @@ class ChunkedArrayReader:
         return fetched
 
     def _learn_ratio(self, fetched: _Fetched) -> None:
-        sizes = [len(d) for d in fetched.data if d is not None]
+        sizes = [len(d) for d in fetched.data if d is not None and not isinstance(d, Exception)]
         if sizes and self.layout.chunk is not None:
             decoded = len(sizes) * max(1, self.layout.chunk.nbytes)
             self._stored_fraction = self._clamped(sum(sizes) / decoded)
@@ -512,20 +514,21 @@ class ChunkedArrayReader:
 
     def _fetch_into(
         self, tasks: ChunkPlan, allocate: Any
-    ) -> tuple[list[str], list[memoryview | None]]:
+    ) -> tuple[list[str], list[memoryview | ChunkDecodeError | None]]:
+        """Per chunk of ``tasks``, its key and its stored bytes: None where it is missing
+        (the fill value), a ChunkDecodeError where its shard says it cannot be read."""
         layout = self.layout
         if not len(tasks):
             return [], []
         if layout.shard_index is None:
             chunk_keys = [self._prefix + layout.storage_key(c) for c in tasks.coord_tuples()]
             hint = int(layout.chunk.nbytes * self._stored_fraction) if layout.chunk else None
-            return chunk_keys, self.source.fetch(
-                [ByteRequest(k) for k in chunk_keys], allocate, hint
-            )
+            fetched = self.source.fetch([ByteRequest(k) for k in chunk_keys], allocate, hint)
+            return chunk_keys, list(fetched)
         chunks = inner_chunks(tasks.coords, layout.shard_index)  # narrowed above
         n_shards = len(chunks.shards)
         keys: list[str] = [""] * len(tasks)
-        data: list[memoryview | None] = [None] * len(tasks)
+        data: list[memoryview | ChunkDecodeError | None] = [None] * len(tasks)
         # shards are held open while their index and their chunks are read, so both come
         # from one version of the file even while a writer replaces it; a few at a time
         for first in range(0, n_shards, PINNED_SHARDS):
@@ -543,15 +546,18 @@ class ChunkedArrayReader:
                 blobs, runs = self._fetch_runs(inner, allocate, pins)
             for i, key in zip(rows.tolist(), inner.keys, strict=True):
                 keys[i] = key
+            for chunk, error in inner.damaged.items():
+                data[int(rows[chunk])] = error
             starts = (inner.offsets - runs.start[runs.of]).tolist()
             for row, run, start, length in zip(
                 inner.rows.tolist(), runs.of.tolist(), starts, inner.lengths.tolist(), strict=True
             ):
                 blob = blobs[run]
                 if blob is None or start + length > len(blob):
-                    raise ChunkDecodeError(
+                    data[int(rows[row])] = ChunkDecodeError(
                         self.name, inner.keys[row], "shard is shorter than its index says"
                     )
+                    continue
                 data[int(rows[row])] = blob[start : start + length]
             if n_shards <= PINNED_SHARDS:
                 break
@@ -597,18 +603,25 @@ class ChunkedArrayReader:
             self._prefix + self.layout.storage_key(tuple(c)) for c in chunks.shards.tolist()
         ]
         indexes = self._shard_indexes(shard_keys, pins)
-        entries, present = inner_entries([indexes[k][1] for k in shard_keys], chunks, fmt)
+        parsed = [indexes[k][1] for k in shard_keys]
+        entries, present = inner_entries(
+            [i if isinstance(i, np.ndarray) else None for i in parsed], chunks, fmt
+        )
         keys = [
             f"{shard_keys[s]} (inner chunk {tuple(local)})"
             for s, local in zip(chunks.shard_of.tolist(), chunks.local.tolist(), strict=True)
         ]
-        rows = np.flatnonzero(present)
+        damaged: dict[int, ChunkDecodeError] = {}
+        for s, index in enumerate(parsed):
+            if isinstance(index, ChunkDecodeError):
+                for row in np.flatnonzero(chunks.shard_of == s).tolist():
+                    damaged[row] = ChunkDecodeError(self.name, keys[row], index.reason)
         # a damaged index may point anywhere: past 2**62 no file reaches, and int64 holds it
-        beyond = np.flatnonzero((entries[rows] >= np.uint64(1 << 62)).any(axis=1))
-        if beyond.size:
-            raise ChunkDecodeError(
-                self.name, keys[rows[beyond[0]]], "shard index entry out of range"
-            )
+        for row in np.flatnonzero(present & (entries >= np.uint64(1 << 62)).any(axis=1)).tolist():
+            damaged[row] = ChunkDecodeError(self.name, keys[row], "shard index entry out of range")
+        if damaged:
+            present[list(damaged)] = False
+        rows = np.flatnonzero(present)
         return _InnerChunks(
             keys,
             shard_keys,
@@ -616,6 +629,7 @@ class ChunkedArrayReader:
             chunks.shard_of[rows],
             entries[rows, 0].astype(np.int64),
             entries[rows, 1].astype(np.int64),
+            damaged,
         )
 
     def _advised_requests(self, plan: ChunkPlan, start: int, stop: int) -> list[ByteRequest]:
@@ -642,15 +656,16 @@ class ChunkedArrayReader:
 
     def _shard_indexes(
         self, shard_keys: Sequence[str], pins: dict[str, Any] | None
-    ) -> dict[str, tuple[Hashable, np.ndarray | None]]:
-        """Per shard, (its version, its index). With ``pins`` (the shards held open), the
+    ) -> dict[str, tuple[Hashable, np.ndarray | ChunkDecodeError | None]]:
+        """Per shard, (its version, its index: None where the shard is missing, a
+        ChunkDecodeError where its index is damaged). With ``pins`` (the shards held open), the
         version is the open file's, and a cached index is used only for that version; a
         source that cannot hold files open versions nothing, and its indexes are trusted
         for one read."""
         fmt = self.layout.shard_index
         assert fmt is not None, "only sharded arrays have shard indexes"
         holds_files = hasattr(self.source, "pinned")
-        found: dict[str, tuple[Hashable, np.ndarray | None]] = {}
+        found: dict[str, tuple[Hashable, np.ndarray | ChunkDecodeError | None]] = {}
         tokens: dict[str, Hashable] = {}
         for k in shard_keys:
             if pins is None:
@@ -678,10 +693,12 @@ class ChunkedArrayReader:
                 try:
                     found[k] = (tokens[k], parse_index(blob, fmt))
                 except CodecError as exc:
-                    raise ChunkDecodeError(self.name, k, str(exc)) from exc
+                    found[k] = (tokens[k], ChunkDecodeError(self.name, k, str(exc)))
             with self._lock:
                 for k in missing:
-                    self._index_cache[k] = found[k]
+                    version, index = found[k]
+                    if not isinstance(index, ChunkDecodeError):
+                        self._index_cache[k] = (version, index)
                 while len(self._index_cache) > self._index_cache_size:
                     self._index_cache.popitem(last=False)
         return found
@@ -695,7 +712,7 @@ class ChunkedArrayReader:
         layout = self.layout
         fmt = layout.chunk
         assert fmt is not None, "only arrays the engine decodes are read in batches"
-        present = [i for i, d in enumerate(fetched.data) if d is not None]
+        present = [i for i, d in enumerate(fetched.data) if _stored(d)]
         profile = fetched.profile if fetched.profile is not None else _new_profile()
         t0 = time.perf_counter()
         try:
@@ -720,7 +737,11 @@ class ChunkedArrayReader:
                     place(work, task.out_region, chunk, task.chunk_region)
 
             decoded = self.backend.decode(
-                [(fetched.keys[i], data) for i in present if (data := fetched.data[i]) is not None],
+                [
+                    (fetched.keys[i], data)
+                    for i in present
+                    if (data := fetched.data[i]) is not None and not isinstance(data, Exception)
+                ],
                 fmt,
                 self.name,
                 staging=fetched.staging,
@@ -730,7 +751,11 @@ class ChunkedArrayReader:
         finally:
             self.memory.release_staging(fetched.staging)
             self.memory.release_staging(fetched.host_staging)
-        damaged = []
+        damaged = [d for d in fetched.data if isinstance(d, ChunkDecodeError)]
+        for i, d in enumerate(fetched.data):
+            if isinstance(d, ChunkDecodeError):
+                for work, task in targets.tasks(fetched.tasks, i):
+                    fill(work, task.out_region, layout.fill_value)
         rows, raws = [], []
         for i, raw in zip(present, decoded, strict=True):
             if raw is PLACED:
@@ -809,6 +834,11 @@ class ChunkedArrayReader:
         shard = tuple(c // p for c, p in zip(coords, per, strict=True))
         local = tuple(c % p for c, p in zip(coords, per, strict=True))
         return f"{layout.storage_key(shard)} (inner chunk {local})"
+
+
+def _stored(data: Any) -> bool:
+    """Whether a fetched chunk is stored bytes (not missing, not refused by its shard)."""
+    return data is not None and not isinstance(data, ChunkDecodeError)
 
 
 def _store_failed(exc: Exception, name: str) -> bool:

@@ -454,6 +454,46 @@ def test_reads_during_rewrites_see_whole_old_or_new_units(tmp_path, layout, devi
 # -- damaged bytes on our own writes --------------------------------------------------------
 
 
+@pytest.mark.parametrize("damage", ["index", "truncated", "empty", "entry"])
+def test_a_damaged_shard_is_named_or_filled_and_the_others_read(tmp_path, device, damage):
+    """Damage to a shard as a whole (its index fails its checksum, the file is cut short
+    or empty, an index entry points past any file): ChunkDecodeError naming the shard, or
+    with on_damaged="fill" its chunks filled, a warning, and every other shard as stored."""
+    path = tmp_path / "s.ome.zarr"
+    data = volume((16, 32, 32))
+    small_store(path, data, chunks=(4, 8, 8), shards=(8, 16, 16), levels=1)
+    shard = path / "0" / "c" / "1" / "0" / "1"
+    good = shard.read_bytes()
+    index_bytes = 2 * 2 * 2 * 16 + 4  # 8 inner chunks: (offset, nbytes) each, then crc32c
+    if damage == "index":
+        shard.write_bytes(good[:-5] + bytes([good[-5] ^ 0xFF]) + good[-4:])
+    elif damage == "truncated":
+        shard.write_bytes(good[len(good) // 2 :])
+    elif damage == "empty":
+        shard.write_bytes(b"")
+    else:
+        import google_crc32c
+
+        index = np.frombuffer(good[-index_bytes:-4], "<u8").copy()
+        index[2 * 6] = 1 << 63  # the offset of inner chunk 6: (1, 1, 0) in C order
+        raw = index.tobytes()
+        shard.write_bytes(
+            good[:-index_bytes] + raw + google_crc32c.value(raw).to_bytes(4, "little")
+        )
+    level = lg.open_ome_zarr(path, device=device)[0]
+    with pytest.raises(lg.ChunkDecodeError) as info:
+        level[...]
+    assert "c/1/0/1" in info.value.key
+    with pytest.warns(lg.DamagedChunkWarning, match="c/1/0/1"):
+        got = to_numpy(level.read(on_damaged="fill"))
+    expected = data.copy()
+    if damage == "entry":
+        expected[12:16, 8:16, 16:24] = 0
+    else:
+        expected[8:16, 0:16, 16:32] = 0
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_every_damaged_chunk_is_detected_or_harmless(tmp_path, device):
     """Flip each byte position class of a zstd+checksum chunk: the read is exact or raises
     ChunkDecodeError naming the chunk, never silently different."""
