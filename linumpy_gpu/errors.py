@@ -9,11 +9,15 @@ failed keep that failure as ``__cause__``.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class LinumpyGpuError(Exception):
@@ -223,6 +227,37 @@ def warn(message: str, category: type[Warning]) -> None:
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
     warnings.warn(message, category, stacklevel=level)
+
+
+def portable(task: _F) -> _F:
+    """Decorate a function that runs as a task in other processes (dask workers): the
+    errors it raises arrive whole. A worker's error travels pickled with its causes, and
+    where one of them cannot be rebuilt (zarr's exceptions cannot), dask.distributed
+    replaces the whole error with a plain ``Exception``; causes other than Python's own
+    exceptions and ours are therefore kept as text."""
+
+    @functools.wraps(task)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return task(*args, **kwargs)
+        except LinumpyGpuError as exc:
+            cause = exc.__cause__ or exc.__context__
+            if cause is not None and not _travels(cause):
+                exc.add_note(f"caused by {type(cause).__name__}: {cause}")
+                exc.__cause__ = exc.__context__ = None
+                exc.__suppress_context__ = True
+            raise
+
+    return run  # type: ignore[return-value]
+
+
+def _travels(exc: BaseException | None) -> bool:
+    """Whether ``exc`` and its causes are all Python's exceptions or ours."""
+    while exc is not None:
+        if not isinstance(exc, LinumpyGpuError) and type(exc).__module__ != "builtins":
+            return False
+        exc = exc.__cause__ or exc.__context__
+    return True
 
 
 def short_repr(value: object, limit: int = 120) -> str:

@@ -33,7 +33,7 @@ from linumpy_gpu import config
 from linumpy_gpu.backends import Backend, resolve_backend
 from linumpy_gpu.core.types import NDArray
 from linumpy_gpu.engine import ChunkedArrayReader
-from linumpy_gpu.errors import InvalidArgumentError, StoreError
+from linumpy_gpu.errors import InvalidArgumentError, StoreError, portable
 from linumpy_gpu.io.stores import locate, translated_errors
 
 if TYPE_CHECKING:
@@ -413,6 +413,7 @@ def level_source(level: Level) -> ArraySource:
     )
 
 
+@portable
 def read_block(source: ArraySource, starts: tuple[int, ...], stops: tuple[int, ...]) -> NDArray:
     """A dask task: the region ``starts:stops`` of ``source``, read with its settings."""
     reader = cached_reader(source)

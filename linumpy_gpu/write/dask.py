@@ -35,7 +35,7 @@ from linumpy_gpu import config
 from linumpy_gpu.backends import Backend
 from linumpy_gpu.engine.pyramid import downsample, halo
 from linumpy_gpu.engine.writer import ChunkedArrayWriter
-from linumpy_gpu.errors import WriteError
+from linumpy_gpu.errors import WriteError, portable
 from linumpy_gpu.image.dask import (
     ArraySource,
     cached_reader,
@@ -273,6 +273,7 @@ def check_block_shape(block: Any, declared: tuple[int, ...], index: Any) -> None
         )
 
 
+@portable
 def write_block(
     target: ArraySource, block: Any, starts: tuple[int, ...], declared: tuple[int, ...]
 ) -> np.ndarray:
@@ -284,6 +285,7 @@ def write_block(
     return np.full((1,) * len(starts), n, dtype=np.int64)
 
 
+@portable
 def downsample_block(
     source: ArraySource,
     target: ArraySource,

@@ -202,6 +202,20 @@ def test_a_store_replaced_at_the_same_path_is_read_afresh(client, tmp_path):
         old.to_dask(0).compute()
 
 
+def test_errors_on_workers_arrive_as_our_errors(client, tmp_path):
+    """A worker's error whose cause is a library's exception (zarr's cannot be rebuilt
+    where it is unpickled) still arrives as our typed error, the cause kept as text."""
+    import shutil
+
+    path = tmp_path / "gone.zarr"
+    lg.write_ome_zarr(path, volume(), chunks=(8, 16, 32), levels=2, device="cpu")
+    lazy = lg.open_ome_zarr(path)[1].to_dask()
+    shutil.rmtree(path / "1")
+    with pytest.raises(lg.StoreNotFoundError) as info:
+        lazy.compute()
+    assert any("ArrayNotFoundError" in note for note in getattr(info.value, "__notes__", []))
+
+
 # -- writes ---------------------------------------------------------------------------------
 
 
