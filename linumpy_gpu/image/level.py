@@ -116,7 +116,8 @@ class Level:
         region: Any = None,
     ) -> Resampled:
         """This level resampled on a regular grid of the image's coordinate system (axes
-        aligned with it, ``spacing`` apart; default the level's voxel size along each axis),
+        aligned with it, ``spacing`` apart; default the voxel's extent along each axis of
+        the coordinate system, which follows axes the level's transformation swaps),
         covering the level (or ``region`` of it): on the GPU with
         ``cupyx.scipy.ndimage.affine_transform``, on the CPU with scipy's. For levels placed
         by affine transformations, rotations or scales; displacement and coordinate fields

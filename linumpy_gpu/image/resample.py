@@ -55,13 +55,20 @@ def resample_level(
     start = np.array([a.start for a in sel.axes], dtype=np.float64)
     local = matrix.copy()
     local[:ndim, ndim] = matrix[:ndim, :ndim] @ start + matrix[:ndim, ndim]
-    voxel = ngff.affine_parts(transformation, ndim)[0]
+    # the voxel's extent along each output axis: where the transformation swaps or rotates
+    # axes, not the scale of the input axis of the same number
+    voxel = tuple(float(v) for v in np.linalg.norm(matrix[:ndim, :ndim], axis=1))
     if spacing is None:
         spacing = voxel
-    step = np.asarray([float(s) for s in spacing], dtype=np.float64)
+    try:
+        step = np.asarray([float(s) for s in spacing], dtype=np.float64)
+    except (TypeError, ValueError):
+        step = np.empty(0)
     if step.shape != (ndim,) or not np.all(np.isfinite(step)) or np.any(step <= 0):
         raise InvalidArgumentError(f"spacing must be {ndim} positive numbers, got {spacing!r}")
     counts = [a.count for a in sel.axes]
+    if not all(counts):
+        raise InvalidArgumentError(f"resample of an empty region (of shape {tuple(counts)})")
     corners = np.array(
         [[*c, 1.0] for c in itertools.product(*((0, n - 1) for n in counts))], dtype=np.float64
     )

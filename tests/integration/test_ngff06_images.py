@@ -320,6 +320,26 @@ def test_a_level_placed_by_a_field_refuses_to_resample_naming_its_type(tmp_path,
     np.testing.assert_array_equal(img[0][...], data)  # the voxels still read
 
 
+def test_the_default_spacing_follows_axes_a_level_swaps(tmp_path, device):
+    """Scale (2, 3, 5) then mapAxis: each output axis's default spacing is the voxel's
+    extent along it, so the default grid keeps every voxel."""
+    path = tmp_path / "swapped.ome.zarr"
+    transform = {
+        "type": "sequence",
+        "transformations": [
+            {"type": "scale", "scale": [2, 3, 5]},
+            {"type": "mapAxis", "mapAxis": MAP_AXIS},
+        ],
+    }
+    data = _store_with_level_transform(path, transform)
+    with pytest.warns(lg.MetadataWarning):
+        level = lg.open_ome_zarr(path, device=device)[0]
+    out = level.resample(order=0)
+    assert out.spacing == (5.0, 2.0, 3.0)
+    assert out.data.shape == (8, 4, 6)
+    np.testing.assert_array_equal(to_numpy(out.data), data.transpose(2, 0, 1))
+
+
 def test_bad_resample_arguments(tmp_path):
     path = tmp_path / "t.ome.zarr"
     _store_with_level_transform(path, {"type": "affine", "affine": AXIS_SWAP})
@@ -331,6 +351,11 @@ def test_bad_resample_arguments(tmp_path):
         level.resample(spacing=(0.01, 0.01, 0.01))
     with pytest.raises(lg.InvalidArgumentError, match="order"):
         level.resample(order=9)
+    for spacing in [("a", 1, 1), 1.0, (1, 1)]:
+        with pytest.raises(lg.InvalidArgumentError, match="spacing"):
+            level.resample(spacing=spacing)
+    with pytest.raises(lg.InvalidArgumentError, match="empty region"):
+        level.resample(region=(slice(3, 2),))
 
 
 def test_labels_of_a_06_image(tmp_path):
