@@ -67,7 +67,15 @@ def layer_data(opened: MultiscaleImage | SeriesCollection) -> list[LayerData]:
     if isinstance(opened, SeriesCollection):
         layers: list[LayerData] = []
         for i in range(len(opened)):
-            layers += layer_data(opened[i])
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    series = opened[i]
+            except LinumpyGpuError as exc:
+                # one missing or broken series does not hide the others
+                warnings.warn(f"series {i} not shown: {exc}", stacklevel=2)
+                continue
+            layers += layer_data(series)
         return layers
     if opened.image_label is not None:
         return [labels_layer(opened, opened.name or os.path.basename(opened.path))]
@@ -112,8 +120,8 @@ def image_layer(image: MultiscaleImage) -> LayerData:
             meta["name"] = [c.label or f"{name} [{i}]" for i, c in enumerate(channels)]
             meta["colormap"] = [_colormap(c.color) for c in channels]
             windows = [_window(c.window) for c in channels]
-            if all(w is not None for w in windows):
-                meta["contrast_limits"] = windows
+            if any(w is not None for w in windows):
+                meta["contrast_limits"] = windows  # None: napari picks that channel's own
             meta["visible"] = [c.active is not False for c in channels]
         else:
             meta["name"] = [f"{name} [{i}]" for i in range(n)]
@@ -127,7 +135,9 @@ def image_layer(image: MultiscaleImage) -> LayerData:
 
 def labels_layer(label: MultiscaleImage, name: str) -> LayerData:
     """One multiscale labels layer for a label image: its levels as dask arrays, placed by
-    its level-0 scale and translation."""
+    its level-0 scale and translation, with the colours (``colormap``: label value ->
+    RGBA) and the properties (``features``, a row per label value in ``index``) that its
+    ``image-label`` metadata gives."""
     data = [lv.to_dask() for lv in label.levels]
     meta: dict[str, Any] = {
         "multiscale": True,
@@ -136,7 +146,25 @@ def labels_layer(label: MultiscaleImage, name: str) -> LayerData:
         "name": name,
         "axis_labels": list(label.axis_names),
     }
+    image_label = label.image_label
+    if image_label is not None and image_label.colors:
+        colors: dict[int | float | None, Any] = {None: _UNLISTED, 0: _BACKGROUND}
+        for c in image_label.colors:
+            if c.rgba is not None:
+                colors[c.label_value] = [v / 255 for v in c.rgba]
+        meta["colormap"] = colors
+    if image_label is not None and image_label.properties:
+        rows = [p for p in image_label.properties if "label-value" in p]
+        columns = sorted({k for p in rows for k in p} - {"label-value"})
+        features: dict[str, list[Any]] = {"index": [p["label-value"] for p in rows]}
+        features.update({k: [p.get(k) for p in rows] for k in columns})
+        meta["features"] = features
     return data, meta, "labels"
+
+
+# Labels the metadata gives no colour: gray; the background (0), unless listed: none.
+_UNLISTED = [0.5, 0.5, 0.5, 1.0]
+_BACKGROUND = [0.0, 0.0, 0.0, 0.0]
 
 
 def _channel_axis(image: MultiscaleImage) -> int | None:

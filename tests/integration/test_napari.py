@@ -47,7 +47,13 @@ def image_path(tmp_path) -> Path:
         levels=3,
         name="cells",
     )
-    lg.write_labels(img, "nuclei", (data % 3).astype("u4"))
+    lg.write_labels(
+        img,
+        "nuclei",
+        (data % 3).astype("u4"),
+        colors={1: (255, 0, 0, 255), 2: (0, 255, 0, 128)},
+        properties=[{"label-value": 1, "class": "bright"}, {"label-value": 2, "area": 7}],
+    )
     return path
 
 
@@ -83,7 +89,28 @@ def test_image_and_label_layers(image_path):
         "translate": [0.0, 5.0, 6.0, 7.0],
         "name": "nuclei",
         "axis_labels": ["c", "z", "y", "x"],
+        # napari's colormap: label value -> RGBA in 0..1 (None: labels not listed)
+        "colormap": {
+            None: [0.5, 0.5, 0.5, 1.0],
+            0: [0.0, 0.0, 0.0, 0.0],
+            1: [1.0, 0.0, 0.0, 1.0],
+            2: [0.0, 1.0, 0.0, 128 / 255],
+        },
+        # napari's features table: a row per label value, which "index" gives
+        "features": {"index": [1, 2], "area": [None, 7], "class": ["bright", None]},
     }
+
+
+def test_a_channel_without_a_usable_window_keeps_the_others(tmp_path):
+    path = tmp_path / "w.zarr"
+    window = {"min": 0, "max": 4095}
+    channels = [
+        {"window": {"start": 10, "end": 900, **window}},
+        {"window": {"start": 5, "end": 5, **window}},
+    ]
+    lg.write_ome_zarr(path, _volume((2, 4, 16, 16)), axes="czyx", channels=channels)
+    ((_, meta, _),) = napari_get_reader(str(path))(str(path))
+    assert meta["contrast_limits"] == [[10.0, 900.0], None]
 
 
 def test_an_image_without_channels(tmp_path):
@@ -110,6 +137,15 @@ def test_a_bioformats2raw_collection_gives_each_series(tmp_path):
             tmp_path / "b2r.zarr" / str(i), _volume((4, 16, 16)), axes="zyx", version="0.4"
         )
     layers = napari_get_reader(str(tmp_path / "b2r.zarr"))(str(tmp_path / "b2r.zarr"))
+    assert [t for _, _, t in layers] == ["image", "image"]
+    # a series the collection lists but that is missing is left out, with a warning
+    root.attrs.put({"bioformats2raw.layout": 3})
+    zarr.open_group(str(tmp_path / "b2r.zarr" / "OME"), mode="w", zarr_format=2).attrs.put(
+        {"series": ["0", "5", "1"]}
+    )
+    reader = napari_get_reader(str(tmp_path / "b2r.zarr"))
+    with pytest.warns(UserWarning, match="series 1 not shown"):
+        layers = reader(str(tmp_path / "b2r.zarr"))
     assert [t for _, _, t in layers] == ["image", "image"]
 
 
