@@ -165,12 +165,20 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
     ``overwrite``, and ``whole`` as for :func:`check_replaceable`). If the block fails, the
     folder is removed and ``target`` is untouched."""
     parent, base = os.path.split(os.path.abspath(target))
-    os.makedirs(parent, exist_ok=True)
-    remove_stale_staging(parent, base)
     staging = os.path.join(
-        parent, f".{base}.{_HOST}.{os.getpid()}-{uuid.uuid4().hex[:8]}{STAGING_SUFFIX}"
+        parent, f".{_stem(base)}.{_HOST}.{os.getpid()}-{uuid.uuid4().hex[:8]}{STAGING_SUFFIX}"
     )
-    os.mkdir(staging)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        remove_stale_staging(parent, base)
+        os.mkdir(staging)
+    except OSError as exc:
+        # named by the destination: the build folder is ours, not the user's
+        kind = StorePermissionError if isinstance(exc, PermissionError) else StoreError
+        reason = exc.strerror or str(exc)
+        if os.path.exists(parent) and not os.path.isdir(parent):
+            reason = "it is a file, not a folder"
+        raise kind(f"'{target}' cannot be created in '{parent}': {reason}") from exc
     try:
         yield staging
         target = os.path.join(parent, base)
@@ -193,6 +201,16 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
 _HOST = "h" + hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
 
 
+def _stem(base: str) -> str:
+    """``base`` as build folders name it: whole, or where it is so long that the folder's
+    name would pass the file system's limit of 255 bytes, cut short and told apart by a
+    hash of the whole."""
+    if len(base.encode()) <= 180:
+        return base
+    digest = hashlib.sha1(base.encode()).hexdigest()[:12]
+    return base.encode()[:160].decode(errors="ignore") + "~" + digest
+
+
 def destination_of(where: str) -> str:
     """``where`` for messages: a path inside a store being built beside its destination
     (:func:`built_beside`) named by the destination's path."""
@@ -211,7 +229,7 @@ def remove_stale_staging(parent: str, base: str) -> None:
     # (a swap without renameat2 parks the old store under the same name plus ".old"; names
     # without a host are from versions that wrote none)
     pattern = re.compile(
-        re.escape(f".{base}.")
+        re.escape(f".{_stem(base)}.")
         + r"(?:(h[0-9a-f]{8})\.)?(\d+)-[0-9a-f]{8}"
         + re.escape(STAGING_SUFFIX)
         + r"(\.old)?"

@@ -469,6 +469,13 @@ def test_convert_refuses_to_replace_what_is_not_a_zarr_store(image_path, tmp_pat
     assert capsys.readouterr().err.startswith("linumpy-gpu: error: ")
 
 
+def test_convert_shards_into_ngff_04_names_the_options(image_path, tmp_path, capsys):
+    args = ["convert", str(image_path), str(tmp_path / "o.zarr"), "--version", "0.4"]
+    assert main([*args, "--shards", "8,64,64"]) == 2
+    assert "--shards needs zarr v3: --version 0.5" in capsys.readouterr().err
+    assert not (tmp_path / "o.zarr").exists()
+
+
 def test_convert_refuses_its_own_source(image_path, tmp_path, capsys):
     before = snapshot(image_path)
     assert main(["convert", str(image_path), str(image_path), "--overwrite"]) == 2

@@ -624,3 +624,23 @@ def test_metadata_paths_outside_their_group_are_invalid_metadata(tmp_path, liste
     root.attrs.put(attrs)
     with pytest.raises(lg.InvalidMetadataError, match="datasets"):
         lg.open_ome_zarr(path)
+
+
+def test_long_destination_names_are_written(tmp_path):
+    """The hidden build folder beside the destination is named within the file system's
+    limit even when the destination's own name is near it."""
+    target = tmp_path / ("b" * 240 + ".zarr")
+    img = lg.write_ome_zarr(target, volume(), device="cpu")
+    np.testing.assert_array_equal(img[0][...], volume())
+    lg.write_ome_zarr(target, volume(seed=3), device="cpu", overwrite=True)
+    np.testing.assert_array_equal(lg.open_ome_zarr(target)[0][...], volume(seed=3))
+    assert os.listdir(tmp_path) == [target.name]
+
+
+def test_a_destination_under_a_file_is_named_in_the_error(tmp_path):
+    (tmp_path / "afile").write_text("notes")
+    with pytest.raises(
+        lg.StoreError, match="afile/x.zarr' cannot be created .* a file, not a folder"
+    ):
+        lg.write_ome_zarr(tmp_path / "afile" / "x.zarr", volume(), device="cpu")
+    assert (tmp_path / "afile").read_text() == "notes"
