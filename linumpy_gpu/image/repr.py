@@ -331,22 +331,9 @@ def _label_rgb(plane: np.ndarray, image: MultiscaleImage) -> np.ndarray:
 
 
 def encode_png(rgb: np.ndarray) -> bytes:
-    """PNG bytes of an 8-bit grey (y, x) or RGB (y, x, 3) image: with Pillow when it is
-    installed, else :func:`encode_png_numpy`."""
-    try:
-        from PIL import Image
-    except ImportError:
-        return encode_png_numpy(rgb)
-    import io
-
-    buffer = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8)).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def encode_png_numpy(rgb: np.ndarray) -> bytes:
-    """PNG bytes of an 8-bit grey (y, x) or RGB (y, x, 3) image, without Pillow: one IDAT
-    chunk of zlib-compressed rows, each with filter type 0."""
+    """PNG bytes of an 8-bit grey (y, x) or RGB (y, x, 3) image: one IDAT chunk of
+    zlib-compressed rows, each with filter type 0 (thumbnails are small; no imaging
+    library is needed)."""
     pixels = np.ascontiguousarray(rgb, dtype=np.uint8)
     if pixels.ndim == 2:
         color_type, channels = 0, 1
@@ -560,7 +547,6 @@ __all__ = [
     "channel_axis",
     "composite",
     "encode_png",
-    "encode_png_numpy",
     "image_html",
     "labels_html",
     "level_html",
