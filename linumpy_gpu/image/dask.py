@@ -256,7 +256,13 @@ def sources_read(data: Any) -> list[ArraySource]:
     """The arrays of this package that the dask array ``data`` reads (its graph's
     :class:`ArraySource` arguments), e.g. to refuse replacing a store that a lazy array
     still reads from."""
-    found: dict[int, ArraySource] = {}
+    return graph_objects(data, ArraySource)
+
+
+def graph_objects(data: Any, kinds: type | tuple[type, ...]) -> list[Any]:
+    """The objects of ``kinds`` that the graph of the dask array ``data`` holds, as task
+    arguments or as the arrays ``dask.array.from_array`` and ``from_zarr`` wrap."""
+    found: dict[int, Any] = {}
     pending = list(dict(data.__dask_graph__()).values())
     seen: set[int] = set()
     while pending:
@@ -264,7 +270,7 @@ def sources_read(data: Any) -> list[ArraySource]:
         if id(item) in seen:
             continue
         seen.add(id(item))
-        if isinstance(item, ArraySource):
+        if isinstance(item, kinds):
             found[id(item)] = item
         elif isinstance(item, tuple | list | set | frozenset):
             pending.extend(item)
@@ -274,12 +280,20 @@ def sources_read(data: Any) -> list[ArraySource]:
             # dask's task objects keep their function's arguments here
             for name in ("args", "kwargs", "value", "func"):
                 inner = getattr(item, name, None)
-                if isinstance(inner, tuple | list | dict | ArraySource) or hasattr(inner, "args"):
+                if (
+                    isinstance(inner, (tuple, list, dict, *_as_tuple(kinds)))
+                    or hasattr(inner, "args")
+                    or hasattr(inner, "value")
+                ):
                     pending.append(inner)
             partial_args = getattr(item, "keywords", None)
             if isinstance(partial_args, dict):
                 pending.extend(partial_args.values())
     return list(found.values())
+
+
+def _as_tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kinds if isinstance(kinds, tuple) else (kinds,)
 
 
 def reader_identity(reader: ChunkedArrayReader) -> tuple[Any, ...]:

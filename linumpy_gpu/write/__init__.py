@@ -338,7 +338,27 @@ def _remote_group(
                     f"'{where}' {reason}; refusing to replace it: write the image to a path "
                     "of its own"
                 )
-        return zarr.open_group(store=store, path=path, mode="w", zarr_format=plan.zarr_format)
+        if existing == "zarr":
+            _remove_objects_below(store, path)
+        # not zarr's mode "w": it removes the path's prefix as a whole, which on an object
+        # store also takes an object named like the store itself (a user's file, not ours)
+        return zarr.open_group(store=store, path=path, mode="a", zarr_format=plan.zarr_format)
+
+
+def _remove_objects_below(store: Any, path: str) -> None:
+    """Delete the objects of the zarr store at ``path`` of ``store``: those whose keys lie
+    below it, one by one."""
+    from zarr.core.sync import sync
+
+    prefix = f"{path}/" if path else ""
+
+    async def remove() -> None:
+        keys = [k async for k in store.list_prefix(prefix)]
+        for key in keys:
+            if key and key != path and key.startswith(prefix):
+                await store.delete(key)
+
+    sync(remove())
 
 
 def _store_nodes(store: Any, path: str) -> tuple[DocumentReader, str, list[str]]:
@@ -389,20 +409,24 @@ def _check_not_reading_from(data: Any, store: Any, path: str, where: str) -> Non
     def joined(root: str, inner: str) -> str:
         return f"{root.rstrip('/')}/{inner}" if inner else root
 
-    read: list[tuple[str, str]] = []  # (where the data reads from, its name)
-    array = data.zarr_array if isinstance(data, Level) else data
-    if isinstance(array, zarr.Array):
-        place = joined(store_url(array.store), array.store_path.path)
-        read.append((place, place))
-    elif type(data).__module__.startswith("dask"):
-        from linumpy_gpu.image.dask import sources_read
+    from linumpy_gpu.image.dask import ArraySource, graph_objects
 
-        for source in sources_read(data):
-            spec = source.store
+    read: list[tuple[str, str]] = []  # (where the data reads from, its name)
+    arrays: list[Any] = [data]
+    if type(data).__module__.startswith("dask"):
+        # our reads, and the arrays dask.array.from_array / from_zarr wrap
+        arrays = graph_objects(data, (ArraySource, Level, zarr.Array))
+    for item in arrays:
+        array = item.zarr_array if isinstance(item, Level) else item
+        if isinstance(array, zarr.Array):
+            place = joined(store_url(array.store), array.store_path.path)
+            read.append((place, place))
+        elif isinstance(item, ArraySource):
+            spec = item.store
             if spec.kind == "local":
                 continue  # a folder: not a store written in place
             root = spec.where if spec.kind == "url" else store_url(spec.store)
-            read.append((joined(root, source.path), source.where))
+            read.append((joined(root, item.path), item.where))
     target = joined(store_url(store), path)
     for place, name in read:
         if overlapping(place, target):

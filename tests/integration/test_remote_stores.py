@@ -296,9 +296,14 @@ def test_s3_round_trip_written_by_us(s3: S3Server, shards, device, xp):
 
 
 def test_s3_existing_store_is_replaced_only_with_overwrite(s3: S3Server):
+    import s3fs
+
     options = s3.storage_options
     url = "s3://linumpy/replaced.ome.zarr"
     lg.write_ome_zarr(url, DATA, chunks=(8, 16, 16), storage_options=options, device="cpu")
+    # an object whose key is the store's own name is the user's, not part of the store
+    fs = s3fs.S3FileSystem(**options)
+    fs.pipe("linumpy/replaced.ome.zarr", b"notes")
     with pytest.raises(lg.StoreExistsError):
         lg.write_ome_zarr(url, DATA[::-1], storage_options=options, device="cpu")
     np.testing.assert_array_equal(lg.open_ome_zarr(url, storage_options=options)[0][...], DATA)
@@ -306,6 +311,8 @@ def test_s3_existing_store_is_replaced_only_with_overwrite(s3: S3Server):
     np.testing.assert_array_equal(
         lg.open_ome_zarr(url, storage_options=options)[0][...], DATA[::-1]
     )
+    fs.invalidate_cache()
+    assert fs.cat_file("linumpy/replaced.ome.zarr") == b"notes"
 
 
 @pytest.mark.parametrize(
@@ -392,7 +399,14 @@ def test_replacing_a_remote_store_that_a_lazy_array_reads_is_refused():
     url = "memory://refuse-replace/y.zarr"
     lg.write_ome_zarr(url, DATA, device="cpu")
     level = lg.open_ome_zarr(url)[0]
-    for data in (level.to_dask() * 1, level, zarr.open_array(url + "/0", mode="r")):
+    import dask.array as da
+
+    lazy_reads = (
+        level.to_dask() * 1,
+        da.from_zarr(url + "/0") * 1,  # dask's own readers of the same store
+        da.from_array(level, chunks=8) * 1,
+    )
+    for data in (*lazy_reads, level, zarr.open_array(url + "/0", mode="r")):
         with pytest.raises(lg.WriteError, match="reads from"):
             lg.write_ome_zarr(url, data, overwrite=True, device="cpu")
     np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], DATA)
