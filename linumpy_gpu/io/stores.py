@@ -56,12 +56,22 @@ class StoreLocation:
 
 
 def split_protocol(path: str) -> tuple[str | None, str]:
-    """``("s3", "bucket/x.zarr")`` for ``"s3://bucket/x.zarr"``; ``(None, path)`` else."""
+    """``("s3", "bucket/x.zarr")`` for ``"s3://bucket/x.zarr"``; ``(None, path)`` else. A
+    chained fsspec URL (``"simplecache::s3://bucket/x.zarr"``) gives its first link's
+    protocol and the rest of the chain."""
     if "://" in path:
         protocol, rest = path.split("://", 1)
-        if protocol and protocol.replace("+", "").replace("-", "").isalnum():
+        if "::" in protocol:
+            first, chained = protocol.split("::", 1)
+            if _is_protocol(first):
+                return first.lower(), f"{chained}://{rest}"
+        if _is_protocol(protocol):
             return protocol.lower(), rest
     return None, path
+
+
+def _is_protocol(text: str) -> bool:
+    return bool(text) and text.replace("+", "").replace("-", "").isalnum()
 
 
 # Protocols fsspec serves from this machine's file system: the store is a local folder.
@@ -125,6 +135,11 @@ def locate(
             return _local(text, read_only, must_exist)
         if storage_options is not None and not isinstance(storage_options, dict):
             raise InvalidArgumentError("storage_options must be a dict")
+        if "::" in text and not read_only:
+            raise InvalidArgumentError(
+                f"'{text}' is a chained fsspec URL, which linumpy_gpu reads but does not "
+                "write: write to the URL of the store itself"
+            )
         if protocol in _READ_ONLY_PROTOCOLS and not read_only:
             raise InvalidArgumentError(
                 f"'{text}' is served over {protocol}, which is read-only: write to a local "

@@ -436,3 +436,16 @@ def test_an_old_remote_handle_refuses_writes_into_a_store_of_another_layout():
     with pytest.raises(lg.StoreError, match="replaced"):
         old[0][0:8, 0:8, 0:8] = np.zeros((8, 8, 8), DATA.dtype)
     np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], DATA + 1)
+
+
+def test_chained_urls_are_read_and_refused_for_writing(tmp_path, monkeypatch):
+    """fsspec's chained URLs ('simplecache::memory://...') read through fsspec; writes
+    through them are refused, never taken for a local folder of that name."""
+    monkeypatch.chdir(tmp_path)
+    lg.write_ome_zarr("memory://chained/z.zarr", DATA, device="cpu")
+    img = lg.open_ome_zarr("simplecache::memory://chained/z.zarr")
+    np.testing.assert_array_equal(img[0][...], DATA)
+    np.testing.assert_array_equal(img[0].to_dask().compute(), DATA)
+    with pytest.raises(lg.InvalidArgumentError, match="chained fsspec URL"):
+        lg.write_ome_zarr("simplecache::memory://chained/w.zarr", DATA, device="cpu")
+    assert list(tmp_path.iterdir()) == []
