@@ -132,6 +132,12 @@ def locate(
         if protocol in _LOCAL_PROTOCOLS:
             text, protocol = rest, None
         if protocol is None:
+            if storage_options:
+                # most often a URL whose scheme was left out: never write it locally
+                raise InvalidArgumentError(
+                    f"storage_options apply to URLs (s3://..., gs://...), and '{text}' is a "
+                    "local path: give the URL with its scheme, or leave storage_options out"
+                )
             return _local(text, read_only, must_exist)
         if storage_options is not None and not isinstance(storage_options, dict):
             raise InvalidArgumentError("storage_options must be a dict")

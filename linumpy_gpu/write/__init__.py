@@ -50,7 +50,9 @@ from linumpy_gpu.write.plan import (
 )
 
 # Label names become folder names: plain names only.
-_LABEL_NAME = re.compile(r"[^/\\\x00-\x1f]+")
+# no separators or control characters, and none of the characters a URL gives a meaning
+# to (%, #, ?): a label read over HTTP must name the same object
+_LABEL_NAME = re.compile(r"[^/\\\x00-\x1f%#?]+")
 
 
 def write_ome_zarr(
@@ -289,8 +291,8 @@ def _check_label_name(name: Any, parent: Any) -> None:
     hidden or zarr metadata name, and not the path of one of the image's levels."""
     if not isinstance(name, str) or not _LABEL_NAME.fullmatch(name or ""):
         raise InvalidArgumentError(
-            f"label name must be a plain folder name (no '/', '\\\\' or control characters), "
-            f"got {name!r}"
+            "label name must be a plain folder name (no '/', '\\\\', '%', '#', '?' or "
+            f"control characters), got {name!r}"
         )
     if name in (".", "..") or name.startswith(".") or name == "zarr.json" or name != name.strip():
         raise InvalidArgumentError(

@@ -12,7 +12,7 @@ import numpy as np
 from linumpy_gpu.engine.pyramid import BLOCK_LOCAL, downsample, update_level, write_coarser_levels
 from linumpy_gpu.engine.writer import ChunkedArrayWriter
 from linumpy_gpu.errors import LinumpyGpuError, WriteError
-from linumpy_gpu.io.files import destination_of
+from linumpy_gpu.io.files import STAGING_SUFFIX, destination_of
 from linumpy_gpu.progress import progress_bar
 from linumpy_gpu.write.plan import ImagePlan
 
@@ -42,9 +42,15 @@ def write_image(
     except LinumpyGpuError:
         raise
     except Exception as exc:
+        aside = STAGING_SUFFIX in os.fspath(getattr(root.store, "root", ""))
+        outcome = (
+            "Nothing replaced the destination."
+            if aside  # built beside the destination, which stays as it was
+            else "The destination holds an incomplete store: write it again."
+        )
         raise WriteError(
             f"writing '{where}' failed ({type(exc).__name__}: {exc}); levels "
-            f"{written or 'none'} were complete. Nothing replaced the destination."
+            f"{written or 'none'} were complete. {outcome}"
         ) from exc
     finally:
         if bar is not None:

@@ -367,6 +367,31 @@ def test_missing_fsspec_backend_names_the_package(monkeypatch):
     assert isinstance(info.value, ImportError)
 
 
+def test_storage_options_with_a_local_path_are_refused(tmp_path, monkeypatch):
+    """Options for an object store beside a path without a scheme are a URL missing its
+    s3://: nothing is written locally."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(lg.InvalidArgumentError, match="local path"):
+        lg.write_ome_zarr("bucket/img.zarr", volume(), storage_options={"anon": True})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_write_in_place_says_the_destination_is_incomplete():
+    import dask.array as da
+
+    url = f"memory://failed-{os.getpid()}/img.zarr"
+    lg.write_ome_zarr(url, volume(), device="cpu")
+
+    def broken(block):
+        raise RuntimeError("source went away")
+
+    data = da.from_array(volume(seed=5), chunks=8).map_blocks(broken, dtype="u2")
+    with pytest.raises(lg.WriteError, match="incomplete store"):
+        lg.write_ome_zarr(url, data, overwrite=True, device="cpu")
+    with pytest.raises(lg.IncompleteStoreError):
+        lg.open_ome_zarr(url)
+
+
 def test_storage_options_must_be_a_dict():
     with pytest.raises(lg.InvalidArgumentError, match="storage_options"):
         lg.open_ome_zarr("memory://x.zarr", storage_options="anon")
@@ -422,6 +447,9 @@ BAD_LABEL_NAMES = [
     "labels",
     "nul\x00",
     "tab\there",
+    "%41",  # over HTTP the server reads it as 'A'
+    "a#b",
+    "q?r",
     None,
     7,
 ]
