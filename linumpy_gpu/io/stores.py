@@ -151,6 +151,8 @@ def locate(
                 f"'{text}' is served over {protocol}, which is read-only: write to a local "
                 "path or to an object store (s3://, gs://, memory://, ...) instead"
             )
+        if "::" not in text:
+            text = f"{protocol}://{rest}"  # schemes are case-insensitive; fsspec's are lower
         return _remote(text, protocol, read_only, storage_options)
     if storage_options:
         raise InvalidArgumentError("storage_options apply to URLs only, not to store objects")
@@ -213,7 +215,21 @@ def _remote(
             raise InvalidArgumentError(
                 f"'{url}': fsspec knows no '{protocol}://' protocol ({exc})"
             ) from exc
+        if storage_options:
+            _check_options(store, url)
     return StoreLocation(store, url, None, protocol)
+
+
+def _check_options(store: Any, url: str) -> None:
+    """Make the store's first request now: fsspec applies ``storage_options`` only when it
+    starts its session, and a wrong key or value there is the caller's argument, not the
+    store's metadata (as it would read later)."""
+    from zarr.core.sync import sync
+
+    try:
+        sync(store.exists("zarr.json"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"storage_options for '{url}': {exc}") from exc
 
 
 def store_url(store: Any) -> str:

@@ -449,3 +449,18 @@ def test_chained_urls_are_read_and_refused_for_writing(tmp_path, monkeypatch):
     with pytest.raises(lg.InvalidArgumentError, match="chained fsspec URL"):
         lg.write_ome_zarr("simplecache::memory://chained/w.zarr", DATA, device="cpu")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_storage_options_mistakes_are_argument_errors(s3: S3Server):
+    options = {**s3.storage_options, "endpointurl": "typo"}
+    for call in (
+        lambda: lg.open_ome_zarr("s3://linumpy/any.zarr", storage_options=options),
+        lambda: lg.write_ome_zarr("s3://linumpy/new.zarr", DATA, storage_options=options),
+    ):
+        with pytest.raises(lg.InvalidArgumentError, match="storage_options for 's3://"):
+            call()
+
+
+def test_url_schemes_are_case_insensitive():
+    lg.write_ome_zarr("memory://cased/a.zarr", DATA, device="cpu")
+    np.testing.assert_array_equal(lg.open_ome_zarr("Memory://cased/a.zarr")[0][...], DATA)
