@@ -295,6 +295,8 @@ def translate(exc: BaseException, where: str, what: str = "store") -> LinumpyGpu
         package = _PROTOCOL_PACKAGES.get(protocol or "", getattr(exc, "name", None) or "")
         hint = f"pip install {package}" if package else "install the fsspec backend it names"
         return MissingDependencyError(f"'{where}' needs a package that is missing: {text} ({hint})")
+    if "BadZipFile" in names:
+        return StoreError(f"'{where}' is not a zip file that can be read ({text})")
     if isinstance(exc, RecursionError):
         return InvalidMetadataError(
             where, "metadata", "JSON of reasonable depth", "nesting too deep"

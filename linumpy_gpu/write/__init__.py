@@ -237,6 +237,11 @@ def write_labels(
     labels_path = f"{prefix}/labels" if prefix else "labels"
     root = getattr(store, "root", None)
     where = f"{parent.path}/labels/{name}"
+    if type(store).__name__ == "ZipStore":
+        raise UnsupportedWriteError(
+            f"'{where}': writes into a ZipStore are not supported; write the labels into "
+            "the image's folder and zip it afterwards"
+        )
     if root is not None:
         store = zarr.storage.LocalStore(root)  # writable whatever mode the image was opened in
         target = os.path.join(os.fspath(root), *labels_path.split("/"), name)

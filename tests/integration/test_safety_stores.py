@@ -549,6 +549,21 @@ def test_store_objects_a_write_cannot_use_are_refused_untouched(tmp_path):
     assert not (tmp_path / "x.zip").exists()
 
 
+def test_zip_stores_label_writes_and_files_that_are_not_zips(tmp_path):
+    import shutil
+
+    lg.write_ome_zarr(tmp_path / "img.zarr", np.zeros((4, 8, 8), dtype="u2"))
+    shutil.make_archive(str(tmp_path / "img"), "zip", tmp_path / "img.zarr")
+    before = (tmp_path / "img.zip").read_bytes()
+    image = lg.open_ome_zarr(zarr.storage.ZipStore(tmp_path / "img.zip", mode="r"))
+    with pytest.raises(lg.UnsupportedWriteError, match="ZipStore"):
+        lg.write_labels(image, "cells", np.ones((4, 8, 8), dtype="u1"))
+    assert (tmp_path / "img.zip").read_bytes() == before
+    (tmp_path / "not.zip").write_text("notes")
+    with pytest.raises(lg.StoreError, match="not a zip file"):
+        lg.open_ome_zarr(zarr.storage.ZipStore(tmp_path / "not.zip", mode="r"))
+
+
 def test_dask_input_of_unknown_size_is_a_write_error(tmp_path):
     import dask.array as da
 
