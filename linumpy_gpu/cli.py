@@ -353,6 +353,7 @@ def _check_opened(opened: Any, report: _Report) -> None:
             well = _parsed(lambda ref=ref: opened[ref.path], report)
             if well is not None:
                 _models(well.group, well.path, report)
+                _check_acquisitions(well, opened, report)
                 _check_well(well, report)
     elif isinstance(opened, Well):
         _check_well(opened, report)
@@ -368,6 +369,17 @@ def _check_opened(opened: Any, report: _Report) -> None:
             if image is not None:
                 _models(image.group, image.path, report)
                 _check_image(image, report)
+
+
+def _check_acquisitions(well: Any, plate: Any, report: _Report) -> None:
+    """Each field's acquisition is one the plate lists (where the plate lists any)."""
+    listed = {a.id for a in plate.meta.acquisitions}
+    for field in well.fields:
+        if field.acquisition is not None and listed and field.acquisition not in listed:
+            report.error(
+                f"{well.path}: field '{field.path}' names acquisition {field.acquisition}, "
+                f"which the plate does not list (it lists {sorted(listed)})"
+            )
 
 
 def _check_well(well: Any, report: _Report) -> None:
@@ -432,9 +444,9 @@ def _check_dimension_names(image: MultiscaleImage, report: _Report) -> None:
     for lv in image.levels:
         names = getattr(lv.zarr_array.metadata, "dimension_names", None)
         if names is None:
-            report.warning(
+            report.error(
                 f"{image.path}: level {lv.index} ('{lv.path}') has no dimension_names; "
-                f"NGFF {image.version} wants the axes' names {axes} there"
+                f"NGFF {image.version} needs the axes' names {axes} there"
             )
         elif list(names) != axes:
             report.error(
@@ -476,6 +488,11 @@ def _check_shapes(image: MultiscaleImage, report: _Report) -> None:
 
 
 def _check_label_shape(label: MultiscaleImage, parent: MultiscaleImage, report: _Report) -> None:
+    if len(label.levels) != len(parent.levels):
+        report.error(
+            f"{label.path}: {len(label.levels)} level(s), the image has "
+            f"{len(parent.levels)}; NGFF needs a label image to have as many as its image"
+        )
     mine = dict(zip(label.axis_names, label.levels[0].shape, strict=True))
     theirs = dict(zip(parent.axis_names, parent.levels[0].shape, strict=True))
     ic = _channel_axis(parent)
@@ -803,7 +820,7 @@ def _convert_into(
                 device=args.device,
             )
         else:  # labels of another shape (no channel axis, say) or placement: as they are
-            label_levels = 1 if copy else (_source_factors(label)[: n - 1] or 1)
+            label_levels = 1 if copy else (_factors_for(label, out) or 1)
             out_label = _write_label_image(
                 out,
                 name,
@@ -836,6 +853,16 @@ def _convert_into(
         _copy_levels(src, group, chunks, shards, progress, store_name, n)
     _finish_metadata(group, out.path, src, args.ngff_version, copy, n)
     return n, copy, len(written)
+
+
+def _factors_for(label: MultiscaleImage, image: MultiscaleImage) -> list[tuple[int, ...]]:
+    """The written image's reductions, per level, on the axes of ``label`` (by name; 1 on
+    axes the image lacks): a label image has as many levels as its image, each matching."""
+    factors = image.reduction_factors("convert")
+    names = list(image.axis_names)
+    return [
+        tuple(f[names.index(a)] if a in names else 1 for a in label.axis_names) for f in factors
+    ]
 
 
 def _dims(values: Sequence[int] | None) -> str:

@@ -89,7 +89,7 @@ def _zarr_v2_blosc(path: Path) -> Path:
     seg = labels.create_group("seg")
     lab = (data % 3).astype("u2")
     seg_sets = []
-    for i in range(2):
+    for i in range(3):  # as many levels as the image
         arr = seg.create_array(
             f"{i}", shape=lab.shape, dtype=lab.dtype, chunks=(8, 16, 16), compressors=compressor
         )
@@ -282,6 +282,39 @@ def test_validate_a_plate(tmp_path, capsys):
     assert "plate, 2 well(s)" in capsys.readouterr().out
 
 
+def test_validate_a_field_of_an_acquisition_the_plate_does_not_list(tmp_path, capsys):
+    plate = _plate(tmp_path / "plate.zarr")
+    root = zarr.open_group(str(plate), mode="r+")
+    attrs = root.attrs.asdict()
+    attrs["ome"]["plate"]["acquisitions"] = [{"id": 1}]
+    root.attrs.put(attrs)
+    well = zarr.open_group(str(plate / "A" / "1"), mode="r+")
+    well.attrs.put(
+        {"ome": {"version": "0.5", "well": {"images": [{"path": "0", "acquisition": 5}]}}}
+    )
+    assert main(["validate", str(plate)]) == 1
+    problems = _problems(capsys.readouterr().out)
+    assert any("names acquisition 5, which the plate does not list" in p for p in problems)
+
+
+def test_validate_cross_checks_labels_and_level_arrays(tmp_path, capsys):
+    """A label image with fewer levels than its image, and NGFF 0.5 level arrays without
+    dimension_names, break the specification: errors, not warnings."""
+    img = lg.write_ome_zarr(tmp_path / "i.zarr", _volume((8, 32, 32)), axes="zyx", levels=3)
+    lg.write_labels(img, "cells", np.ones((8, 32, 32), "u1"))
+    label = zarr.open_group(str(tmp_path / "i.zarr" / "labels" / "cells"), mode="r+")
+    attrs = label.attrs.asdict()
+    attrs["ome"]["multiscales"][0]["datasets"] = attrs["ome"]["multiscales"][0]["datasets"][:1]
+    label.attrs.put(attrs)
+    root = zarr.open_group(str(tmp_path / "i.zarr"), mode="r+")
+    data = root["2"][...]
+    root.create_array("2", data=data, chunks=data.shape, overwrite=True)  # no dimension_names
+    assert main(["validate", str(tmp_path / "i.zarr")]) == 1
+    problems = _problems(capsys.readouterr().out)
+    assert any(p.startswith("ERROR") and "1 level(s), the image has 3" in p for p in problems)
+    assert any(p.startswith("ERROR") and "has no dimension_names" in p for p in problems)
+
+
 def _plate(path: Path) -> Path:
     root = zarr.open_group(str(path), mode="w", zarr_format=3)
     wells = [("A", "1", 0, 0), ("B", "2", 1, 1)]
@@ -467,6 +500,29 @@ def test_convert_refuses_to_replace_what_is_not_a_zarr_store(image_path, tmp_pat
     assert main(["convert", str(image_path), str(dst), "--overwrite"]) == 2
     assert snapshot(dst) == before
     assert capsys.readouterr().err.startswith("linumpy-gpu: error: ")
+
+
+def test_convert_to_more_levels_gives_label_images_as_many(tmp_path, capsys):
+    """A label image of another shape than its image (a channel axis of 1, as ome-zarr-py
+    writes them) gets the image's new levels, each reduced as the image's is."""
+    src = tmp_path / "src.zarr"
+    data = _volume((2, 16, 64, 64))
+    img = lg.write_ome_zarr(src, data, axes="czyx", levels=2, version="0.4")
+    lg.write_ome_zarr(
+        src / "labels" / "cells",
+        (data[:1] % 5).astype("u1"),
+        axes="czyx",
+        levels=2,
+        version="0.4",
+        _extra_block={"image-label": {"version": "0.4"}},
+    )
+    zarr.open_group(str(src / "labels"), mode="a", zarr_format=2).attrs.put({"labels": ["cells"]})
+    assert len(img.labels["cells"].levels) == 2
+    assert main(["convert", str(src), str(tmp_path / "dst.zarr"), "--levels", "4"]) == 0
+    out = lg.open_ome_zarr(tmp_path / "dst.zarr")
+    label = out.labels["cells"]
+    assert [lv.shape[1:] for lv in label.levels] == [lv.shape[1:] for lv in out.levels]
+    assert main(["validate", str(tmp_path / "dst.zarr")]) == 0, capsys.readouterr().out
 
 
 def test_convert_shards_into_ngff_04_names_the_options(image_path, tmp_path, capsys):
