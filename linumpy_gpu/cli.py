@@ -56,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("linumpy-gpu: interrupted", file=sys.stderr)
             return 130
+        except BrokenPipeError:
+            # the reader of our output stopped early (| head): stop quietly, as Unix tools
+            # do, with stdout pointed away so that Python's flush at exit does not fail too
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
 
 
 def _parser() -> argparse.ArgumentParser:

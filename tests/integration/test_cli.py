@@ -806,3 +806,16 @@ def test_convert_carries_what_it_can_of_channels_other_tools_write(
     assert main(["convert", str(tmp_path / "src.zarr"), str(dst), "--no-progress", *options]) == 0
     assert note in capsys.readouterr().err
     np.testing.assert_array_equal(lg.open_ome_zarr(dst)[0][...], data)
+
+
+def test_output_into_a_closed_pipe_ends_quietly(image_path):
+    """`linumpy-gpu inspect ... | head`: a reader that stops early is no error of ours."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "linumpy_gpu", "inspect", "--json", str(image_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 141
+    assert "Traceback" not in err and "BrokenPipeError" not in err
