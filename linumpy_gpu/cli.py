@@ -379,10 +379,10 @@ def _check_opened(opened: Any, report: _Report) -> None:
 def _check_acquisitions(well: Any, plate: Any, report: _Report) -> None:
     """Each field's acquisition is one the plate lists (where the plate lists any)."""
     listed = {a.id for a in plate.meta.acquisitions}
-    for field in well.fields:
-        if field.acquisition is not None and listed and field.acquisition not in listed:
+    for ref in well.fields:
+        if ref.acquisition is not None and listed and ref.acquisition not in listed:
             report.error(
-                f"{well.path}: field '{field.path}' names acquisition {field.acquisition}, "
+                f"{well.path}: field '{ref.path}' names acquisition {ref.acquisition}, "
                 f"which the plate does not list (it lists {sorted(listed)})"
             )
 
