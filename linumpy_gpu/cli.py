@@ -785,8 +785,7 @@ def _convert_into(
     out = write_ome_zarr(
         dst,
         data,
-        axes=src.axis_names,
-        units=[a.unit for a in src.axes],
+        axes=src.axes,
         scale=src.scale(0),
         translation=src.translation(0),
         channels=_channels_for(src, args.ngff_version),
@@ -976,14 +975,16 @@ def _channels_for(src: MultiscaleImage, version: str) -> list[Any] | None:
     import numpy as np
 
     channels = list(src.channels)
-    if len(channels) > 1 and "c" not in src.axis_names:
-        _note(f"the source lists {len(channels)} channels but has no 'c' axis: not copied")
+    kinds = [a.type for a in src.axes]
+    if len(channels) > 1 and "channel" not in kinds:
+        _note(f"the source lists {len(channels)} channels but has no channel axis: not copied")
         return None
-    if "c" in src.axis_names and channels:
-        length = src.levels[0].shape[src.axis_names.index("c")]
+    if "channel" in kinds and channels:
+        length = src.levels[0].shape[kinds.index("channel")]
         if len(channels) != length:
             _note(
-                f"the source lists {len(channels)} channels for a 'c' axis of {length}: not copied"
+                f"the source lists {len(channels)} channels for a channel axis of {length}: "
+                "not copied"
             )
             return None
     if version != "0.4" or not channels:
@@ -1092,8 +1093,7 @@ def _write_label_image(
     written = write_ome_zarr(
         join(out.path, "labels", name),
         data,
-        axes=label.axis_names,
-        units=[a.unit for a in label.axes],
+        axes=label.axes,
         scale=label.scale(0),
         translation=label.translation(0),
         version=version,
@@ -1271,6 +1271,7 @@ def _finish_metadata(
     block = dict(block)
     block.pop(INCOMPLETE_MARKER, None)
     written = dict(block["multiscales"][0])
+    _keep_source_omero(block, src)
     if not copied:
         n = len(written["datasets"])
     elif n is None:
@@ -1307,6 +1308,26 @@ def _finish_metadata(
             continue
         group.attrs.put(new)
         return
+
+
+def _keep_source_omero(block: dict[str, Any], src: MultiscaleImage) -> None:
+    """The source's ``omero`` keys the writer does not model (``rdefs``, ``name``, ``id``;
+    per channel ``family``, ``coefficient``, ``inverted``, ...) carried into the written
+    ``omero`` of ``block``, beside the channels it wrote."""
+    from linumpy_gpu import ngff
+
+    written = block.get("omero")
+    source = ngff.ome_block(dict(src.group.attrs), src.group.metadata.zarr_format)[0].get("omero")
+    if not isinstance(written, dict) or not isinstance(source, dict):
+        return
+    channels = written.get("channels", [])
+    old = source.get("channels")
+    if isinstance(old, list) and len(old) == len(channels):
+        channels = [
+            {**o, **c} if isinstance(o, dict) else c for o, c in zip(old, channels, strict=True)
+        ]
+    extra = {k: v for k, v in source.items() if k not in ("channels", "version")}
+    block["omero"] = {**extra, **written, "channels": channels}
 
 
 # -- bench --------------------------------------------------------------------------------------

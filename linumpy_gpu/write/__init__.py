@@ -39,7 +39,7 @@ from linumpy_gpu.io.files import (
 )
 from linumpy_gpu.io.stores import locate, translated_errors
 from linumpy_gpu.ngff import build
-from linumpy_gpu.ngff.model import Channel
+from linumpy_gpu.ngff.model import Axis, Channel
 from linumpy_gpu.write.levels import write_image
 from linumpy_gpu.write.plan import (
     ImagePlan,
@@ -59,7 +59,7 @@ def write_ome_zarr(
     path: Any,
     data: Any,
     *,
-    axes: Sequence[str] | str | None = None,
+    axes: Sequence[str | Axis] | str | None = None,
     units: Sequence[str | None] | None = None,
     scale: Sequence[float] | None = None,
     translation: Sequence[float] | None = None,
@@ -84,7 +84,10 @@ def write_ome_zarr(
     return it opened.
 
     ``version``: "0.5" (default), "0.4", or "0.6" (RFC-5 coordinate systems; written only
-    when asked while 0.6 is a release candidate). ``path``: a local path, an object-store URL (``s3://``, ``gs://``, ``memory://``, with
+    when asked while 0.6 is a release candidate). ``axes``: names ("czyx"; t, c, z, y and x
+    get their NGFF types) or :class:`linumpy_gpu.ngff.Axis` objects (``image.axes``: each
+    keeps its type and unit, a channel axis named "ch" say).
+    ``path``: a local path, an object-store URL (``s3://``, ``gs://``, ``memory://``, with
     ``storage_options`` for fsspec) or a zarr store. ``levels``: a number of levels (2x on
     spatial axes per level), a list of per-level factors relative to the previous level,
     or None (default): as many levels as it takes for the coarsest to fit 256 x 256 voxels
@@ -216,8 +219,8 @@ def write_labels(
     factors = parent.reduction_factors("a label image")
     plan = plan_image(
         data,
-        axes=parent.axis_names,
-        units=[a.unit for a in parent.axes],
+        axes=parent.axes,
+        units=None,
         scale=parent.scale(0),
         translation=parent.translation(0),
         version=parent.version,

@@ -16,7 +16,7 @@ from linumpy_gpu import ngff
 from linumpy_gpu.engine.pyramid import METHODS, pyramid_factors
 from linumpy_gpu.errors import InvalidMetadataError, MetadataWarning, WriteError, warn
 from linumpy_gpu.ngff import build
-from linumpy_gpu.ngff.model import Channel
+from linumpy_gpu.ngff.model import Axis, Channel
 
 WRITE_VERSIONS = ("0.4", "0.5", "0.6")
 # The pyramid's coarsest level fits this many voxels along its in-plane axes by default.
@@ -49,7 +49,7 @@ class ImagePlan:
 def plan_image(
     data: Any,
     *,
-    axes: Sequence[str] | str | None,
+    axes: Sequence[str | Axis] | str | None,
     units: Sequence[str | None] | None,
     scale: Sequence[float] | None,
     translation: Sequence[float] | None,
@@ -98,16 +98,25 @@ def plan_image(
         )
     if axes is None:
         axes = "tczyx"[5 - ndim :]
-    if not isinstance(axes, str | Sequence) or not all(isinstance(a, str) for a in axes):
-        raise WriteError(f"axes must be axis names such as 'zyx' or ['z', 'y', 'x'], got {axes!r}")
-    axis_names = list(axes)
+    if not isinstance(axes, str | Sequence) or not all(isinstance(a, str | Axis) for a in axes):
+        raise WriteError(
+            f"axes must be axis names such as 'zyx' or ['z', 'y', 'x'] (or Axis objects, "
+            f"image.axes), got {axes!r}"
+        )
+    axis_names = [a.name if isinstance(a, Axis) else a for a in axes]
     if len(axis_names) != ndim:
         raise WriteError(f"{len(axis_names)} axes {axis_names} for {ndim}-D data of shape {shape}")
     if units is not None and (
         isinstance(units, str) or not isinstance(units, Sequence) or len(units) != ndim
     ):
         raise WriteError(f"units must give one unit (or None) per axis, got {units!r}")
-    axis_objs = build.make_axes(axis_names, units)
+    axis_objs = [
+        # an Axis keeps its own type (a channel axis named 'ch', say); units= still wins
+        Axis(given.name, given.type, made.unit if units is not None else given.unit)
+        if isinstance(given, Axis)
+        else made
+        for given, made in zip(axes, build.make_axes(axis_names, units), strict=True)
+    ]
     scale_t = _numbers("scale", scale, ndim, 1.0)
     if any(s <= 0 for s in scale_t):
         raise WriteError(f"scale must be positive and finite, got {list(scale_t)}")
@@ -129,7 +138,7 @@ def plan_image(
             raise WriteError(
                 f"shards {list(shards_t)} must be multiples of chunks {list(chunks_t)}"
             )
-    chans = _channels(channels, axis_names, shape)
+    chans = _channels(channels, axis_objs, shape)
     codec_kwargs = _codec_kwargs(version, compressor, compression_level, checksum)
     shapes = _level_shapes(shape, factors, shapes)
     scales, translations = _level_transforms(scale_t, translation_t, factors, method)
@@ -257,7 +266,7 @@ def _factors(levels: Any, shape: tuple[int, ...], axes: Sequence[Any]) -> list[t
     return out
 
 
-def _channels(channels: Any, axes: list[str], shape: tuple[int, ...]) -> list[Channel]:
+def _channels(channels: Any, axes: Sequence[Axis], shape: tuple[int, ...]) -> list[Channel]:
     if channels is None:
         return []
     if isinstance(channels, str | dict) or not isinstance(channels, Sequence):
@@ -298,10 +307,15 @@ def _channels(channels: Any, axes: list[str], shape: tuple[int, ...]) -> list[Ch
         if window is not None:
             window = {k: v.item() if isinstance(v, np.generic) else v for k, v in window.items()}
         out.append(Channel(label, color.upper() if color else None, window, ch.get("active")))
-    if out and "c" in axes and len(out) != shape[axes.index("c")]:
-        raise WriteError(f"{len(out)} channels for a 'c' axis of length {shape[axes.index('c')]}")
-    if len(out) > 1 and "c" not in axes:
-        raise WriteError(f"{len(out)} channels for an image without a 'c' axis ({axes})")
+    kinds = [a.type for a in axes]
+    if out and "channel" in kinds:
+        axis = axes[kinds.index("channel")]
+        n = shape[kinds.index("channel")]
+        if len(out) != n:
+            raise WriteError(f"{len(out)} channels for a channel axis '{axis.name}' of length {n}")
+    if len(out) > 1 and "channel" not in kinds:
+        names = [a.name for a in axes]
+        raise WriteError(f"{len(out)} channels for an image without a channel axis ({names})")
     return out
 
 

@@ -819,3 +819,35 @@ def test_output_into_a_closed_pipe_ends_quietly(image_path):
     err = proc.stderr.read().decode()
     assert proc.wait() == 141
     assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def test_convert_keeps_channels_of_any_channel_axis_and_omero_keys(tmp_path, capsys):
+    """The channel axis is the axis of type 'channel', whatever its name; the omero keys
+    the writer does not model (rdefs, a channel's inverted, ...) are carried over."""
+    from linumpy_gpu.ngff import Axis
+
+    src = tmp_path / "src.zarr"
+    channels = [
+        {"label": n, "color": c, "window": {"start": 0, "end": 900, "min": 0, "max": 4095}}
+        for n, c in (("DAPI", "0000FF"), ("GFP", "00FF00"))
+    ]
+    lg.write_ome_zarr(
+        src, _volume((2, 32, 32)), axes=[Axis("ch", "channel"), "y", "x"], channels=channels
+    )
+    root = zarr.open_group(str(src), mode="r+")
+    attrs = root.attrs.asdict()
+    attrs["ome"]["omero"]["rdefs"] = {"defaultZ": 0, "model": "color"}
+    attrs["ome"]["omero"]["channels"][1].update({"inverted": True, "family": "linear"})
+    root.attrs.put(attrs)
+    assert main(["convert", str(src), str(tmp_path / "dst.zarr"), "--levels", "1"]) == 0
+    out = lg.open_ome_zarr(tmp_path / "dst.zarr")
+    assert [(a.name, a.type) for a in out.axes] == [
+        ("ch", "channel"),
+        ("y", "space"),
+        ("x", "space"),
+    ]
+    assert [c.label for c in out.channels] == ["DAPI", "GFP"]
+    omero = zarr.open_group(str(tmp_path / "dst.zarr"), mode="r").attrs["ome"]["omero"]
+    assert omero["rdefs"] == {"defaultZ": 0, "model": "color"}
+    assert omero["channels"][1]["inverted"] is True and omero["channels"][1]["family"] == "linear"
+    assert "not copied" not in capsys.readouterr().err
