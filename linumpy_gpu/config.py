@@ -192,6 +192,14 @@ def _check(name: str, value: Any) -> Any:
 
 _base: Settings | None = None
 _base_lock = threading.Lock()
+
+
+def _fresh_lock_after_fork() -> None:
+    global _base_lock
+    _base_lock = threading.Lock()  # the parent's other threads may have held it
+
+
+os.register_at_fork(after_in_child=_fresh_lock_after_fork)
 _current: contextvars.ContextVar[Settings | None] = contextvars.ContextVar(
     "linumpy_gpu_settings", default=None
 )

@@ -125,3 +125,12 @@ class CpuBackend(Backend):
         if len(chunks) <= 1:
             return [one(i) for i in range(len(chunks))]
         return list(self.pool().map(one, range(len(chunks))))
+
+
+def _fresh_pool_after_fork() -> None:
+    # a child made by fork holds the parent's pool without its threads: it starts its own
+    CpuBackend._pool = None
+    CpuBackend._pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_pool_after_fork)

@@ -12,6 +12,7 @@ process holds at most that much between reads.
 
 from __future__ import annotations
 
+import os
 import threading
 
 ARENA_BYTES = 16 << 20
@@ -93,3 +94,12 @@ _pool = HostStagingPool()
 def host_staging_pool() -> HostStagingPool:
     """The process's pool, shared by every CPU read."""
     return _pool
+
+
+def _fresh_pool_after_fork() -> None:
+    # the parent's locks may have been held by its other threads at the fork
+    global _pool
+    _pool = HostStagingPool()
+
+
+os.register_at_fork(after_in_child=_fresh_pool_after_fork)

@@ -168,6 +168,17 @@ def _cached(key: tuple[Any, ...], make: Callable[[], Any], info: dict[str, Any])
         return value
 
 
+def _fresh_cache_after_fork() -> None:
+    # the parent's readers hold its pools and open files, and its lock may have been held
+    global _cache_lock
+    _cache.clear()
+    _cache_info.clear()
+    _cache_lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_cache_after_fork)
+
+
 def _settings_key(settings: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(settings.items()))
 

@@ -360,3 +360,15 @@ class UnitLocks:
                     fcntl.lockf(fd, fcntl.LOCK_UN, 1, u)
             for lock in reversed(held_threads):
                 lock.release()
+
+
+def _fresh_locks_after_fork() -> None:
+    # the parent's locks may have been held by its other threads at the fork; record locks
+    # are the process's own, so the child's start free too
+    UnitLocks._thread_locks = [threading.Lock() for _ in range(len(UnitLocks._thread_locks))]
+    UnitLocks._files_lock = threading.Lock()
+    global _generations_lock
+    _generations_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_after_fork)

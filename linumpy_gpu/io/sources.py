@@ -743,3 +743,14 @@ def _stat_or_none(path: str) -> os.stat_result | None:
         return os.stat(path)
     except OSError:
         return None
+
+
+def _fresh_pools_after_fork() -> None:
+    # a child made by fork holds the parent's pools without their threads (work handed
+    # to them would wait for ever) and its locks as they were: it starts its own
+    LocalFileSource._pools = {}
+    LocalFileSource._pools_lock = threading.Lock()
+    LocalFileSource._advice = None
+
+
+os.register_at_fork(after_in_child=_fresh_pools_after_fork)

@@ -582,3 +582,28 @@ def test_truncated_chunks_of_other_codecs_are_detected(tmp_path, compressor):
         with pytest.raises(lg.ChunkDecodeError):
             lg.open_ome_zarr(path)[0][...]
     assert snapshot(path)  # the store itself is still there
+
+
+def _read_in_child(path, queue):
+    level = lg.open_ome_zarr(path)[0]
+    queue.put(float(level[...].astype("f8").sum()))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_after_reads_reads_too(tmp_path):
+    """multiprocessing's 'fork' (the default on Linux before Python 3.14) copies the
+    parent's thread pools without their threads: the child must make its own."""
+    import multiprocessing
+
+    path = tmp_path / "f.ome.zarr"
+    small_store(path)
+    expected = float(lg.open_ome_zarr(path)[0][...].astype("f8").sum())  # pools started
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_read_in_child, args=(str(path), queue))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads running
+        child.start()
+    child.join(600)  # a guard against the hang this test is about, not a speed limit
+    assert child.exitcode == 0
+    assert queue.get(timeout=60) == expected
