@@ -232,6 +232,18 @@ class BatchMemory:
 class HostMemory(BatchMemory):
     """The host rules, with each batch's stored bytes read into reused host memory."""
 
+    def reserve_for_read(self, out_nbytes: int, batch_bytes: int) -> None:
+        # the system hands out memory it has not got (overcommit) and kills the process
+        # once it is touched: a read larger than what is available is refused before
+        available = available_host_memory()
+        # a batch's stored bytes: at most about its decoded bytes, which the output bounds
+        if available is not None and out_nbytes + min(batch_bytes, out_nbytes) > available:
+            raise HostMemoryError(
+                f"a {out_nbytes / 2**30:.2f} GiB read does not fit the "
+                f"{available / 2**30:.2f} GiB of memory available: read a region "
+                "(level[z0:z1]) or use level.to_dask()"
+            )
+
     def acquire_staging(self, expected_bytes: int = 0) -> Any:
         return host_staging_pool().batch()
 
@@ -241,3 +253,16 @@ class HostMemory(BatchMemory):
 
 
 HOST_MEMORY = HostMemory()
+
+
+def available_host_memory() -> int | None:
+    """Bytes of memory the system can give without swapping (Linux's MemAvailable), or
+    None where it does not say."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

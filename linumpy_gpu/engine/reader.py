@@ -258,6 +258,8 @@ class ChunkedArrayReader:
 
         out_nbytes = sum(s.size for s in sels) * layout.dtype.itemsize
         whole_level = any(s.size == math.prod(layout.shape) for s in sels)
+        # every region's output is made before any is read: all of them must fit
+        self.memory.reserve_for_read(out_nbytes, self._batch_bytes(out_nbytes))
         result: list[Any] = self._within_memory(attempt, out_nbytes, whole_level)
         return result
 

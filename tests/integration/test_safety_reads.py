@@ -248,6 +248,22 @@ def test_a_read_larger_than_host_memory_is_a_typed_error(store):
         lg.open_ome_zarr(store, device="cpu")[0][...]
 
 
+def test_reads_beyond_the_memory_available_are_refused_before_allocating(store, monkeypatch):
+    """The system hands out memory it has not got and kills the process once it is
+    touched: reads (a region set too, whose outputs are made before any is read) larger
+    than the memory available are refused up front."""
+    from linumpy_gpu.backends import base
+
+    level = lg.open_ome_zarr(store, device="cpu")[0]
+    monkeypatch.setattr(base, "available_host_memory", lambda: level.nbytes // 2)
+    with pytest.raises(lg.HostMemoryError, match="memory available"):
+        level[...]
+    half = (slice(0, level.shape[0] // 2 + 1),)
+    with pytest.raises(lg.HostMemoryError, match="memory available"):
+        level.read_regions([half, half])
+    np.testing.assert_array_equal(level[0:2], volume()[0:2])  # what fits still reads
+
+
 def test_permission_denied_on_a_chunk(store, monkeypatch):
     real_open = os.open
     target = str(store / "0" / "c" / "1")
