@@ -107,6 +107,10 @@ def _axis(item: Any, size: int, axis: int) -> AxisSelection:
         if item.step == 0:
             raise SelectionError(f"slice step cannot be zero (axis {axis})")
         start, stop, step = item.indices(size)
+        if abs(step) > size:
+            # a step past the axis selects one element at most: kept within the axis, it
+            # says the same and fits the 64-bit integers the plans are made of
+            step = max(1, size) if step > 0 else -max(1, size)
         count = len(range(start, stop, step))
         if step > 0:
             return AxisSelection(start, step, count)

@@ -381,6 +381,12 @@ def test_selection_errors_stay_short(store):
     assert len(str(info.value)) < 300
 
 
+@pytest.mark.parametrize("step", [2**63, -(2**63), 10**30, 2**63 - 1])
+def test_steps_beyond_64_bits_select_as_numpy_does(store, step):
+    level = lg.open_ome_zarr(store)[0]
+    np.testing.assert_array_equal(level[:, ::step], volume()[:, ::step])
+
+
 # -- warnings point at the caller ---------------------------------------------------------
 
 
