@@ -276,7 +276,12 @@ class ChunkedArrayReader:
                     "open the store again"
                 )
             return
-        if self._versions([self._metadata_key])[0] != self._metadata_version:
+        now = self._versions([self._metadata_key])[0]
+        if now is None:
+            raise StoreError(
+                f"'{self.name}' was removed since it was opened (its metadata is gone)"
+            )
+        if now != self._metadata_version:
             raise StoreError(
                 f"'{self.name}' was replaced since it was opened (its metadata changed); "
                 "open the store again"

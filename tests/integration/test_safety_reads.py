@@ -381,6 +381,15 @@ def test_selection_errors_stay_short(store):
     assert len(str(info.value)) < 300
 
 
+def test_a_store_removed_after_opening_says_so(store):
+    import shutil
+
+    level = lg.open_ome_zarr(store)[0]
+    shutil.rmtree(store)
+    with pytest.raises(lg.StoreError, match="was removed since it was opened"):
+        level[...]
+
+
 @pytest.mark.parametrize("step", [2**63, -(2**63), 10**30, 2**63 - 1])
 def test_steps_beyond_64_bits_select_as_numpy_does(store, step):
     level = lg.open_ome_zarr(store)[0]
