@@ -797,7 +797,15 @@ class ChunkedArrayReader:
         """zarr-python reads the selection; where it fails on a chunk (not on the store),
         the chunks are read one by one to name the damaged ones, as the engine does."""
         region = tuple(slice(a.start, a.stop, a.step) for a in sel.axes)
+        direct = isinstance(work, np.ndarray) and work.dtype == self.array.dtype
         try:
+            if direct:
+                # straight into the output: no second copy of the result in host memory
+                from zarr.core.buffer import default_buffer_prototype
+
+                into = default_buffer_prototype().nd_buffer.from_numpy_array(work)
+                self.array.get_basic_selection(region, out=into)
+                return
             host = np.asarray(self.array[region])
         except Exception as exc:
             if _store_failed(exc, self.name):

@@ -550,6 +550,26 @@ def test_every_damaged_chunk_is_detected_or_harmless(tmp_path, device):
             lg.open_ome_zarr(path, device=device)[0][...]
 
 
+def test_arrays_zarr_python_decodes_are_read_into_the_output(tmp_path):
+    """No second copy of the result: zarr-python decodes straight into the output."""
+    data = np.random.default_rng(3).integers(0, 4000, (64, 256, 256)).astype("u2")
+    _v2_store(tmp_path / "f.zarr", numcodecs.Zstd(), data, filters=[numcodecs.Delta("u2")])
+    level = lg.open_ome_zarr(tmp_path / "f.zarr", device="cpu")[0]
+    assert level._reader.layout.delegate_reason is not None
+    out = np.empty((64, 256, 256), "u2")
+    tracemalloc.start()
+    try:
+        level.read(out=out)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(out, data)
+    assert peak < data.nbytes, peak  # a second copy would be one result more
+    strided = np.zeros((64, 256, 512), "u2")[:, :, ::2]
+    level.read(out=strided)
+    np.testing.assert_array_equal(strided, data)
+
+
 @pytest.mark.parametrize(
     "compressor",
     [numcodecs.Zstd(), None, numcodecs.GZip(), numcodecs.BZ2()],
