@@ -13,6 +13,7 @@ layer_type)``.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -63,34 +64,34 @@ def _reader(opened: MultiscaleImage | SeriesCollection) -> ReaderFunction:
 def layer_data(opened: MultiscaleImage | SeriesCollection) -> list[LayerData]:
     """napari layer data tuples for an image (its image layer, then a labels layer per
     label image), a label image (one labels layer) or a bioformats2raw collection (the
-    layers of each of its images)."""
+    layers of each of its images). A series or label image that does not open is left
+    out with a warning: it does not hide the others."""
     if isinstance(opened, SeriesCollection):
         layers: list[LayerData] = []
         for i in range(len(opened)):
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    series = opened[i]
-            except LinumpyGpuError as exc:
-                # one missing or broken series does not hide the others
-                warnings.warn(f"series {i} not shown: {exc}", stacklevel=2)
-                continue
-            layers += layer_data(series)
+            series = _opened(functools.partial(opened.__getitem__, i), f"series {i}")
+            if series is not None:
+                layers += layer_data(series)
         return layers
     if opened.image_label is not None:
         return [labels_layer(opened, opened.name or os.path.basename(opened.path))]
     layers = [image_layer(opened)]
     labels: Labels = opened.labels
     for name in labels.names:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                label = labels[name]
-        except LinumpyGpuError as exc:
-            warnings.warn(f"label image {name!r} not shown: {exc}", stacklevel=2)
-            continue
-        layers.append(labels_layer(label, name))
+        label = _opened(functools.partial(labels.__getitem__, name), f"label image {name!r}")
+        if label is not None:
+            layers.append(labels_layer(label, name))
     return layers
+
+
+def _opened(open_one: Callable[[], MultiscaleImage], what: str) -> MultiscaleImage | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return open_one()
+    except LinumpyGpuError as exc:
+        warnings.warn(f"{what} not shown: {exc}", stacklevel=3)
+        return None
 
 
 def image_layer(image: MultiscaleImage) -> LayerData:
