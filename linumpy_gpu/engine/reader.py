@@ -279,7 +279,8 @@ class ChunkedArrayReader:
         now = self._versions([self._metadata_key])[0]
         if now is None:
             raise StoreError(
-                f"'{self.name}' was removed since it was opened (its metadata is gone)"
+                f"'{self.name}' was removed or replaced since it was opened (its metadata "
+                "is gone); open the store again if it exists"
             )
         if now != self._metadata_version:
             raise StoreError(

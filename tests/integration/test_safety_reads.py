@@ -386,7 +386,7 @@ def test_a_store_removed_after_opening_says_so(store):
 
     level = lg.open_ome_zarr(store)[0]
     shutil.rmtree(store)
-    with pytest.raises(lg.StoreError, match="was removed since it was opened"):
+    with pytest.raises(lg.StoreError, match="was removed or replaced since it was opened"):
         level[...]
 
 

@@ -215,7 +215,7 @@ def test_a_handle_to_a_replaced_store_refuses_to_read_stale_levels(store):
     old = lg.open_ome_zarr(store)
     lg.write_ome_zarr(store, volume(seed=3), overwrite=True, chunks=(8, 16, 16), device="cpu")
     with pytest.raises(lg.StoreError, match="replaced since it was opened"):
-        old[1][...]
+        old[1][...]  # a level the new store does not have
     np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], volume(seed=3))
 
 
