@@ -49,13 +49,22 @@ def downsample(
     blocks = divides and all(n % f == 0 for n, f in zip(a.shape, factors, strict=True))
     if method == "gaussian":
         sample = tuple(slice(None, None, f) for f in factors)
-        out = _gaussian(a.astype(work_dtype, copy=False), factors, xp)[sample]
-        if a.dtype.kind == "f" and bool(xp.isinf(out).any()):
+        with np.errstate(over="ignore", invalid="ignore"):  # redone below where it happens
+            out = _gaussian(a.astype(work_dtype, copy=False), factors, xp)[sample]
+        if a.dtype.kind == "f":
             # the filters add the two values at each distance first, which overflows near
-            # the dtype's largest value: where it did, halved (exact) the sums stay in range
-            half = a.astype(work_dtype) * work_dtype.type(0.5)
-            redone = _gaussian(half, factors, xp)[sample] * work_dtype.type(2)
-            out = xp.where(xp.isinf(out), redone, out)
+            # the dtype's largest value (to inf, or to NaN where +inf meets -inf): there,
+            # quartered (exact) the sums stay in range, with room for weights that add up
+            # to a little more than one; inputs that are not finite give what they give
+            bad = ~xp.isfinite(out)
+            if bool(bad.any()):
+                quarter = a.astype(work_dtype) * work_dtype.type(0.25)
+                redone = _gaussian(quarter, factors, xp)[sample]
+                # a smoothing stays within its inputs' range: the rounding of the weights
+                # may not carry it past the largest value
+                top = work_dtype.type(np.finfo(work_dtype).max / 4)
+                redone = xp.clip(redone, -top, top) * work_dtype.type(4)
+                out = xp.where(bad, redone, out)
         return _cast_back(out, a.dtype, xp)
     if a.dtype.kind in "iu":
         if blocks and _exact_in_integers(a.dtype, factors):
@@ -68,14 +77,16 @@ def downsample(
         # of exponents, so numpy and cupy, whose summation orders differ, give the same
         # means, and no sum overflows
         return _cast_back(_float_mean(a, factors, blocks, np.dtype(np.float64), xp), a.dtype, xp)
-    with np.errstate(over="ignore"):  # an overflow is caught below, not warned about
+    with np.errstate(over="ignore", invalid="ignore"):  # caught below, not warned about
         out = _float_mean(a, factors, blocks, work_dtype, xp)
-    if bool(xp.isinf(out).any()):
-        # sums of values near the dtype's largest overflow where their mean does not:
-        # there, scaled by a power of two first (exact), the sums stay in range
+    bad = ~xp.isfinite(out)
+    if bool(bad.any()):
+        # sums of values near the dtype's largest overflow where their mean does not (to
+        # inf, or to NaN where +inf meets -inf): there, scaled by a power of two first
+        # (exact), the sums stay in range; inputs that are not finite give what they give
         scale = 2.0 ** -math.ceil(math.log2(max(2, math.prod(factors))))
         redone = _float_mean(a * a.dtype.type(scale), factors, blocks, work_dtype, xp) / scale
-        out = xp.where(xp.isinf(out), redone, out)
+        out = xp.where(bad, redone, out)
     return _cast_back(out, a.dtype, xp)
 
 

@@ -111,6 +111,34 @@ def test_gaussian_levels_near_the_largest_value_stay_finite(dtype):
     np.testing.assert_allclose(got.astype("f8"), a[::2, ::2].astype("f8"), rtol=1e-3)
 
 
+@pytest.mark.parametrize("method", ["mean", "gaussian"])
+def test_float64_levels_of_opposite_extremes_stay_finite(method):
+    """Planes of +max and -max: partial sums overflow to +inf and -inf, which meet as
+    NaN; every level value must still be the finite one (0 for the means)."""
+    big = np.finfo("f8").max
+    a = np.full((8, 8, 8), big)
+    a[::2] = -big
+    got = downsample(a, (2, 2, 2), method)
+    assert np.isfinite(got).all()
+    if method == "mean":
+        np.testing.assert_array_equal(got, 0.0)
+
+
+@pytest.mark.parametrize("factor", [2, 4])
+def test_gaussian_of_the_largest_value_is_the_largest_value(factor):
+    big = np.finfo("f8").max
+    got = downsample(np.full((8, 8, 8), big), (factor,) * 3, "gaussian")
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, big, rtol=1e-12)
+
+
+def test_values_that_are_not_finite_stay_so():
+    a = np.ones((4, 4))
+    a[0, 0], a[2, 2] = np.nan, np.inf
+    got = downsample(a, (2, 2), "mean")
+    assert np.isnan(got[0, 0]) and np.isinf(got[1, 1]) and got[0, 1] == 1.0
+
+
 def test_large_mean_downsample_in_slabs_equals_the_whole():
     """Inputs large enough to be reduced in slabs on several threads give the values the
     whole-array reduction gives."""
