@@ -342,7 +342,12 @@ def check_castable(block: Any, dtype: np.dtype, name: str) -> None:
         # a narrower float rounds, as numpy's assignment does; finite values from half a
         # unit in the last place beyond its largest value round to infinities
         finfo = np.finfo(dtype)
-        overflow = 2.0 ** float(finfo.maxexp) * (1.0 - 2.0 ** -float(finfo.nmant + 2))
+        # in the block's own precision: the bound of a float64 target passes a Python float
+        overflow = np.ldexp(src.type(1) - src.type(2.0 ** -(finfo.nmant + 2)), finfo.maxexp)
+        if not bool(getattr(block, "size", 1)) or (
+            bool(block.max() < overflow) and bool(block.min() > -overflow)
+        ):
+            return  # the common case, without a copy of the block (NaN goes on below)
         magnitude = abs(block)
         beyond = magnitude >= overflow
         if bool(beyond.any()) and not bool((magnitude[beyond] == float("inf")).all()):

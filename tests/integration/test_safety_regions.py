@@ -69,6 +69,18 @@ def test_float_values_beyond_a_narrower_float_level_are_refused(tmp_path):
     assert got[0] == 1.5 and np.isinf(got[1]) and np.isnan(got[2])
 
 
+def test_long_double_values_beyond_float64_are_refused(tmp_path):
+    lg.write_ome_zarr(tmp_path / "d.zarr", np.zeros((4, 8, 8), "f8"), device="cpu")
+    img = lg.open_ome_zarr(tmp_path / "d.zarr", mode="r+")
+    big = np.array([np.longdouble(2) ** 2000, 1.0], dtype=np.longdouble)
+    if np.isinf(big[0]):
+        pytest.skip("this platform's long double is float64")
+    with pytest.raises(lg.WriteError, match="float64"):
+        img[0][0, 0, 0:2] = big
+    img[0][0, 0, 0:2] = np.array([0.5, 2.0], dtype=np.longdouble)
+    np.testing.assert_array_equal(img[0][0, 0, 0:2], [0.5, 2.0])
+
+
 BAD_REGIONS = {
     "past_end": (slice(10, 20),),
     "start_past_end": (slice(17, 18),),
