@@ -17,7 +17,8 @@ from linumpy_gpu.sample import write_sample
 
 
 def main(path: Path) -> None:
-    write_sample(path)
+    if not path.exists():  # a second run reads the sample the first one kept
+        write_sample(path)
     img = lg.open_ome_zarr(path, device="auto")  # GPU if usable, else CPU with a warning
     print(img)
     level = img[0]

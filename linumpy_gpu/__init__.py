@@ -69,14 +69,17 @@ def open_ome_zarr_gpu(
     return open_ome_zarr(path, device=device, **kwargs)
 
 
-def gpu_zarr_context(*args: Any, **kwargs: Any) -> AbstractContextManager[None]:
-    """Scope in which plain zarr-python arrays return cupy, decoded by linumpy_gpu's codecs.
-
-    See :func:`linumpy_gpu.gpu.context.gpu_zarr_context`.
+def gpu_zarr_context(
+    device: int | None = None, *, batch_size: int | None = None, concurrency: int | None = None
+) -> AbstractContextManager[None]:
+    """Scope in which plain zarr-python arrays return cupy, decoded by linumpy_gpu's codecs
+    on GPU ``device`` (``batch_size`` chunks per nvCOMP batch, ``concurrency`` reads in
+    flight; None: the defaults). See :func:`linumpy_gpu.gpu.context.gpu_zarr_context`.
     """
     from linumpy_gpu.gpu.context import gpu_zarr_context as _ctx
 
-    return _ctx(*args, **kwargs)
+    given = {"batch_size": batch_size, "concurrency": concurrency}
+    return _ctx(device, **{k: v for k, v in given.items() if v is not None})
 
 
 __all__ = [

@@ -114,9 +114,10 @@ def streams_on_gpu(fmt: ChunkFormat) -> bool:
 
 
 class GpuBackend(Backend, BatchMemory):
-    """Arrays in cupy on one GPU; zstd decoded and encoded in nvCOMP batches (other codecs
-    on the CPU, then copied); reads bounded in device memory and staged in pinned memory
-    (this backend is its own :class:`BatchMemory`)."""
+    """Arrays in cupy on one GPU; zstd decoded and encoded in nvCOMP batches, Blosc (LZ4
+    or zstd inside) and LZ4 decoded there too (other codecs on host cores, then copied);
+    reads bounded in device memory and staged in pinned memory (this backend is its own
+    :class:`BatchMemory`)."""
 
     name = "gpu"
 

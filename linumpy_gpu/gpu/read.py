@@ -23,8 +23,8 @@ def read_zarr_to_gpu(
     ``level``, or of a plain zarr array, into a cupy array on GPU ``device``.
 
     ``path``: an OME-Zarr image (its ``level`` is read), a zarr array, or a path or URL to
-    either. Decoded on the GPU in nvCOMP batches where the codecs allow (zstd), on the CPU
-    and copied otherwise."""
+    either. Decoded on the GPU in nvCOMP batches where the codecs allow (zstd, Blosc with
+    LZ4 or zstd inside, LZ4), on host cores and copied otherwise."""
     import zarr
 
     from linumpy_gpu.backends import resolve_backend

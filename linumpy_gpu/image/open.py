@@ -29,8 +29,9 @@ def open_ome_zarr(
     storage_options: dict[str, Any] | None = None,
     settings: config.Settings | Mapping[str, Any] | None = None,
 ) -> MultiscaleImage | Plate | Well | SeriesCollection | Scene:
-    """Open an OME-Zarr store: a :class:`MultiscaleImage`, :class:`Plate`, :class:`Well` or
-    :class:`SeriesCollection` (bioformats2raw), by what the root holds.
+    """Open an OME-Zarr store: a :class:`MultiscaleImage`, :class:`Plate`, :class:`Well`,
+    :class:`SeriesCollection` (bioformats2raw) or :class:`Scene` (NGFF 0.6), by what the
+    root holds.
 
     ``path``: a local path, a URL (``s3://``, ``gs://``, ``https://``, ``memory://``, with
     ``storage_options`` for fsspec), a zarr store or an open ``zarr.Group``.
