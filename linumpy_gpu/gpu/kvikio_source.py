@@ -335,8 +335,10 @@ class KvikioFileSource(LocalFileSource):
                 continue
             out[i] = view if done == len(view) else view[:done]
         if group.closes:
-            group.handle.close()
-            if group.own_fd is not None:
-                os.close(group.own_fd)
+            try:
+                group.handle.close()
+            finally:
+                if group.own_fd is not None:
+                    os.close(group.own_fd)  # ours, whatever kvikio's close did
         if error is not None:
             raise StoreError(f"could not read {group.path}: {error}") from error

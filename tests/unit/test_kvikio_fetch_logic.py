@@ -5,6 +5,7 @@ real one on the GPU host)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -198,6 +199,22 @@ def test_a_failed_read_names_its_file_after_every_read_finished(fake_kvikio, fil
     # nothing kvikio was given is still writing into the caller's buffers, no file is open
     assert all(f.done() for f in fake.futures)
     assert fake.open_now == 0
+    assert len(os.listdir("/proc/self/fd")) == descriptors
+
+
+def test_our_descriptors_are_closed_when_kvikio_fails_to_close(fake_kvikio, files, monkeypatch):
+    fake = fake_kvikio()
+    root, blobs = files
+    descriptors = len(os.listdir("/proc/self/fd"))
+    original = fake.module.CuFile.close
+
+    def failing_close(handle):
+        original(handle)
+        raise RuntimeError("kvikio could not close")
+
+    monkeypatch.setattr(fake.module.CuFile, "close", failing_close)
+    with contextlib.suppress(Exception):
+        kvikio_fetch.KvikioFileSource(root).fetch([ByteRequest(k) for k in blobs])
     assert len(os.listdir("/proc/self/fd")) == descriptors
 
 
