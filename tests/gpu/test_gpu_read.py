@@ -483,3 +483,35 @@ def test_chunks_placed_in_the_widest_unit_their_rows_allow(tmp_path, cp, monkeyp
             got = reader.read(region).get()
             np.testing.assert_array_equal(got, full[region], err_msg=f"{region} {blocks}")
             assert f"scatter_{unit}" in used, (region, used)
+
+
+@pytest.mark.parametrize("host_chunks", [0, 3])
+def test_a_damaged_shard_index_with_chunks_placed_directly_and_on_host_threads(
+    cp, tmp_path, host_chunks
+):
+    """A shard whose index fails its checksum, read in small nvCOMP batches with chunks
+    placed straight into the output and (host_chunks) part of each batch decoded on host
+    threads: its chunks named or filled, every other chunk exact, the device usable."""
+    from linumpy_gpu.engine.reader import ChunkedArrayReader
+    from linumpy_gpu.gpu.backend import GpuBackend
+    from tests.helpers.safety import small_store, volume
+
+    path = tmp_path / "s.ome.zarr"
+    data = volume((16, 32, 32))
+    small_store(path, data, chunks=(4, 8, 8), shards=(8, 16, 16), levels=1)
+    shard = path / "0" / "c" / "1" / "0" / "1"
+    good = shard.read_bytes()
+    shard.write_bytes(good[:-5] + bytes([good[-5] ^ 0xFF]) + good[-4:])
+    array = lg.open_ome_zarr(path)[0].zarr_array
+    expected = data.copy()
+    expected[8:16, 0:16, 16:32] = 0
+    backend = GpuBackend(0, host_threads=2 if host_chunks else 0)
+    if host_chunks:
+        backend.host_chunks = lambda fmt, n: host_chunks  # type: ignore[method-assign]
+    reader = ChunkedArrayReader(array, backend, batch_bytes=64 << 10)
+    with pytest.raises(lg.ChunkDecodeError, match="c/1/0/1"):
+        reader.read()
+    with pytest.warns(lg.DamagedChunkWarning):
+        got = reader.read(on_damaged="fill").get()
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(reader.read((slice(0, 8),)).get(), data[:8])

@@ -113,6 +113,38 @@ def test_gpu_downsampling_equals_the_cpu_one_at_the_ends_of_the_range(cp, dtype,
         )
 
 
+@pytest.mark.parametrize("method", ["mean", "gaussian"])
+@pytest.mark.parametrize("factor", [2, 4])
+def test_float64_levels_of_extreme_values_are_finite_on_both(cp, method, factor):
+    """Near the largest float64, sums overflow to inf, and +inf meets -inf as NaN, in
+    whatever order each device sums: every level value comes out finite on both."""
+    from linumpy_gpu.engine.pyramid import downsample
+
+    big = np.finfo("f8").max
+    alternating = np.full((8, 8, 8), big)
+    alternating[::2] = -big
+    for a in (alternating, np.full((8, 8, 8), big)):
+        expected = downsample(a, (factor,) * 3, method)
+        got = downsample(cp.asarray(a), (factor,) * 3, method).get()
+        assert np.isfinite(expected).all() and np.isfinite(got).all()
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=big * 1e-12)
+
+
+def test_the_float_range_check_of_a_write_holds_no_copy_of_the_block(cp):
+    """A float64 block written into float32 is checked against float32's range without a
+    block-sized copy on the device."""
+    from linumpy_gpu.engine.writer import check_castable
+
+    pool = cp.get_default_memory_pool()
+    block = cp.ones((128, 256, 256), dtype=cp.float64)
+    pool.free_all_blocks()
+    pool.set_limit(size=pool.used_bytes() + block.nbytes // 2)
+    try:
+        check_castable(block, np.dtype("f4"), "x")
+    finally:
+        pool.set_limit(size=0)
+
+
 def test_spans_land_in_pinned_arenas_and_spill_past_the_cap(cp):
     """Device spans come back byte for byte, each with writable room after it: those that
     fit the ring in its pinned arenas (given back on release), the rest in ordinary memory."""
