@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Iterator, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -30,6 +32,47 @@ if TYPE_CHECKING:
     import dask.array
 
 
+def _inline_stored_parameters(block: dict[str, Any], group: Any, where: str) -> dict[str, Any]:
+    """``block`` with the scales and translations that NGFF 0.4 and 0.5 allow to be stored
+    in a zarr array (``{"type": "scale", "path": ...}``) read from there and written inline,
+    so the metadata parser sees values (it never touches arrays)."""
+    multiscales = block.get("multiscales")
+    if not isinstance(multiscales, list) or "path" not in json.dumps(multiscales):
+        return block
+    multiscales = copy.deepcopy(multiscales)
+
+    def inline(transforms: Any, field: str) -> None:
+        for i, t in enumerate(transforms if isinstance(transforms, list) else []):
+            kind = t.get("type") if isinstance(t, dict) else None
+            if kind not in ("scale", "translation") or kind in t or "path" not in t:
+                continue
+            stored = t["path"]
+            try:
+                values = np.asarray(group[stored][...], dtype=np.float64)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InvalidMetadataError(
+                    where, f"{field}[{i}].path", f"a 1-D zarr array of numbers at {stored!r}", exc
+                ) from None
+            if values.ndim != 1:
+                raise InvalidMetadataError(
+                    where, f"{field}[{i}].path", "a 1-D array", f"shape {values.shape}"
+                )
+            t[kind] = values.tolist()
+
+    for m, multiscale in enumerate(multiscales):
+        if not isinstance(multiscale, dict):
+            continue
+        inline(
+            multiscale.get("coordinateTransformations"),
+            f"multiscales[{m}].coordinateTransformations",
+        )
+        for d, dataset in enumerate(multiscale.get("datasets") or []):
+            if isinstance(dataset, dict):
+                field = f"multiscales[{m}].datasets[{d}].coordinateTransformations"
+                inline(dataset.get("coordinateTransformations"), field)
+    return {**block, "multiscales": multiscales}
+
+
 class MultiscaleImage:
     """An OME-NGFF multiscale image: levels, axes, physical transforms, channels, labels."""
 
@@ -38,6 +81,8 @@ class MultiscaleImage:
         self.path = path
         self.backend = backend
         block, version = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+        if version in ("0.4", "0.5"):
+            block = _inline_stored_parameters(block, group, path)
         self.meta: ngff.MultiscaleMeta = ngff.parse_multiscales(
             block, version, path, multiscale_index
         )

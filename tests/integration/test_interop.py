@@ -113,3 +113,35 @@ def test_label_images_added_to_a_store_with_consolidated_metadata(tmp_path, vers
     labels = lg.open_ome_zarr(path).labels
     assert sorted(labels) == ["cells", "seg"]
     np.testing.assert_array_equal(labels["cells"][0][...], seg + 1)
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_scales_and_translations_stored_in_arrays(tmp_path, version):
+    """NGFF 0.4 and 0.5 let a level's scale or translation live in a zarr array named by
+    'path': read from there, as ome-zarr-models reads it."""
+    zarr_format = 2 if version == "0.4" else 3
+    root = zarr.open_group(str(tmp_path / "p.zarr"), mode="w", zarr_format=zarr_format)
+    data = (np.arange(16 * 20) % 300).astype("u2").reshape(16, 20)
+    kwargs = {"dimension_names": ["y", "x"]} if zarr_format == 3 else {}
+    root.create_array("0", data=data, chunks=(8, 8), **kwargs)
+    root.create_array("scale0", data=np.array([0.5, 0.25]))
+    root.create_array("shift0", data=np.array([10.0, 20.0]))
+    multiscale = {
+        "axes": [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}],
+        "datasets": [
+            {
+                "path": "0",
+                "coordinateTransformations": [
+                    {"type": "scale", "path": "scale0"},
+                    {"type": "translation", "path": "shift0"},
+                ],
+            }
+        ],
+    }
+    if version == "0.4":
+        root.attrs.put({"multiscales": [{"version": "0.4", **multiscale}]})
+    else:
+        root.attrs.put({"ome": {"version": "0.5", "multiscales": [multiscale]}})
+    img = lg.open_ome_zarr(tmp_path / "p.zarr")
+    assert img.scale(0) == (0.5, 0.25) and img.translation(0) == (10.0, 20.0)
+    np.testing.assert_array_equal(img[0][...], data)
