@@ -218,7 +218,7 @@ class MultiscaleImage:
             with translated_errors(join(self.path, path), metadata=True):
                 return np.asarray(self.group[path][...])
 
-        return ngff.resolve_parameters(t, read_array, where=self.path)
+        return ngff.resolve_parameters(t, read_array, where=self.path, ndim=len(self.axes))
 
     def matrix(self, level: int | str = 0) -> np.ndarray | None:
         """``level``'s transformation as a homogeneous ``(ndim + 1) x (ndim + 1)`` matrix

@@ -117,12 +117,14 @@ def resolve_parameters(
     read_array: Callable[[str], np.ndarray],
     *,
     where: str = "",
+    ndim: int | None = None,
 ) -> Transformation:
     """``transformation`` with every matrix kept in an array loaded: ``read_array(path)``
     returns the array at ``path`` (relative to the group holding the metadata). Nested
     transformations are resolved too; the rest is returned unchanged. ``where`` names the
     store in errors: :class:`~linumpy_gpu.errors.InvalidMetadataError` when an array does
-    not have the shape the spec requires."""
+    not have the shape the spec requires. ``ndim``: where known (a level's transformation
+    maps its N axes to N), an affine must be N x (N+1)."""
     if isinstance(transformation, Affine | Rotation) and transformation.matrix is None:
         path = transformation.path or ""
         array = np.asarray(read_array(path), dtype=float)
@@ -140,13 +142,17 @@ def resolve_parameters(
                 )
         elif array.shape[1] < 2:
             raise InvalidMetadataError(where, label, "an M x (N+1) array", array.shape)
+        elif ndim is not None and array.shape != (ndim, ndim + 1):
+            raise InvalidMetadataError(
+                where, label, f"a {ndim} x {ndim + 1} array (one row per axis)", array.shape
+            )
         matrix = tuple(tuple(float(v) for v in row) for row in array)
         return replace(transformation, matrix=matrix)
     if isinstance(transformation, TransformSequence):
         return replace(
             transformation,
             transformations=tuple(
-                resolve_parameters(t, read_array, where=where)
+                resolve_parameters(t, read_array, where=where, ndim=ndim)
                 for t in transformation.transformations
             ),
         )

@@ -340,6 +340,20 @@ def test_the_default_spacing_follows_axes_a_level_swaps(tmp_path, device):
     np.testing.assert_array_equal(to_numpy(out.data), data.transpose(2, 0, 1))
 
 
+def test_an_affine_stored_in_an_array_of_the_wrong_shape_is_invalid(tmp_path):
+    """An affine of a 3-D level must be 3 x 4; a homogeneous 4 x 4 stored at its path is
+    invalid metadata (inline, the same is refused on open)."""
+    path = tmp_path / "bad-affine.ome.zarr"
+    homogeneous = np.vstack([np.array(AXIS_SWAP, dtype=float), [0, 0, 0, 1]])
+    _store_with_level_transform(
+        path, {"type": "affine", "path": "params/affine"}, {"params/affine": homogeneous}
+    )
+    with pytest.warns(lg.MetadataWarning):
+        img = lg.open_ome_zarr(path)
+    with pytest.raises(lg.InvalidMetadataError, match="3 x 4"):
+        img.transform(0)
+
+
 def test_bad_resample_arguments(tmp_path):
     path = tmp_path / "t.ome.zarr"
     _store_with_level_transform(path, {"type": "affine", "affine": AXIS_SWAP})
