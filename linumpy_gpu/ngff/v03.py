@@ -70,8 +70,8 @@ def parse_axes(raw: Any, version: str, where: str, field: str) -> tuple[Axis, ..
         if version in ("0.1", "0.2"):
             return tuple(Axis(n, AXIS_TYPES[n]) for n in IMPLICIT_AXES)
         raise InvalidMetadataError(where, field, "a list of axes (required since NGFF 0.3)")
-    if not isinstance(raw, list) or not 1 <= len(raw) <= 5:
-        raise InvalidMetadataError(where, field, "a list of 1 to 5 axes", raw)
+    if not isinstance(raw, list) or not 2 <= len(raw) <= 5:
+        raise InvalidMetadataError(where, field, "a list of 2 to 5 axes", raw)
     axes = []
     for i, a in enumerate(raw):
         if isinstance(a, str):

@@ -395,6 +395,7 @@ def test_multiscales_and_version_rules(attrs, field):
         (["z", "y", "q"], "multiscales[0].axes[2]"),
         (["y", "y"], "multiscales[0].axes"),
         (list("tczyxx"), "multiscales[0].axes"),
+        (["x"], "multiscales[0].axes"),  # 2 to 5 axes
     ],
 )
 def test_version_03_axes_rules(axes, field):
