@@ -4,6 +4,7 @@ coarser level from a finer one through the engine."""
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -257,11 +258,21 @@ def _mode(a: Any, factors: Sequence[int], xp: Any) -> Any:
         inside.append(valid)
     stack = xp.stack(candidates)  # (k, *out_shape)
     mask = xp.stack(inside)
+    floats = stack.dtype.kind == "f"
+    nan = xp.isnan(stack) if floats else None
     counts = xp.zeros(stack.shape, dtype=np.int32)
     for i in range(stack.shape[0]):
-        counts += ((stack == stack[i : i + 1]) & mask[i : i + 1]).astype(np.int32)
+        same = stack == stack[i : i + 1]
+        if nan is not None:
+            same |= nan & nan[i : i + 1]  # NaN is one value among others, counted as such
+        counts += (same & mask[i : i + 1]).astype(np.int32)
     counts = xp.where(mask, counts, -1)
     winners = counts == counts.max(axis=0, keepdims=True)
+    if nan is not None:
+        # the smallest of the most frequent values, NaN after every number
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a block whose mode is NaN
+            return xp.nanmin(xp.where(winners, stack, xp.nan), axis=0).astype(stack.dtype)
     # the smallest of the most frequent values: the others are lifted to the block's largest
     return xp.where(winners, stack, stack.max(axis=0, keepdims=True)).min(axis=0)
 
@@ -344,7 +355,8 @@ def update_level(
         lo = [max(0, s.start - h) for s, h in zip(src, reach, strict=True)]
         hi = [min(n, s.stop + h) for s, h, n in zip(src, reach, source.shape, strict=True)]
         finer = reader.read(tuple(slice(a, b) for a, b in zip(lo, hi, strict=True)))
-        reduced = downsample(finer, factors, method)
+        # reduced as the whole level is (the same float rounding as a fresh write)
+        reduced = downsample(finer, factors, method, whole_shape=source.shape)
         keep = tuple(
             slice((s.start - a) // f, (s.start - a) // f + (d.stop - d.start))
             for s, d, a, f in zip(src, dst, lo, factors, strict=True)

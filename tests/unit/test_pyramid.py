@@ -164,6 +164,16 @@ def test_mode_of_every_block_edge_blocks_included(factors):
     np.testing.assert_array_equal(downsample(np.array([9, 9, 9, 3, 5], "u1"), (3,), "mode"), [9, 3])
 
 
+def test_mode_of_float_blocks_holding_nan():
+    """NaN is one value among others: counted with its equals, never taken for a number's
+    mode, and the mode where it is the most frequent."""
+    a = np.array([[5, 5, 1, 2, np.nan, np.nan], [5, np.nan, 1, 1, np.nan, 3]], "f4")
+    got = downsample(a, (2, 2), "mode")
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got[0, :2], [5, 1])
+    assert np.isnan(got[0, 2])
+
+
 def test_mode_downsample_for_labels():
     a = np.array([[1, 1, 2, 3], [1, 2, 3, 3], [5, 5, 0, 0], [5, 4, 0, 7]], dtype="u4")
     np.testing.assert_array_equal(downsample(a, (2, 2), "mode"), [[1, 3], [5, 0]])
