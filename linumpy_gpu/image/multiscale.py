@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterator, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -37,7 +36,7 @@ def _inline_stored_parameters(block: dict[str, Any], group: Any, where: str) -> 
     in a zarr array (``{"type": "scale", "path": ...}``) read from there and written inline,
     so the metadata parser sees values (it never touches arrays)."""
     multiscales = block.get("multiscales")
-    if not isinstance(multiscales, list) or "path" not in json.dumps(multiscales):
+    if not isinstance(multiscales, list):
         return block
     multiscales = copy.deepcopy(multiscales)
 
