@@ -278,6 +278,14 @@ class MultiscaleImage:
         )
 
         labels = self.image_label is not None
+        if self.meta.type and self.meta.type not in METHODS:
+            # another tool's method (ngff-zarr's "itkwasm_gaussian", say): recomputing some
+            # levels with another method would mix two pyramids under one description
+            raise InvalidArgumentError(
+                f"'{self.path}' records its levels as made with {self.meta.type!r}, which "
+                f"linumpy_gpu does not compute ({', '.join(METHODS)}); write the pyramid "
+                "again (write_ome_zarr, or linumpy-gpu convert) to update it here"
+            )
         recorded = self.meta.type if self.meta.type in METHODS else None
         if labels and recorded not in LABEL_METHODS:
             recorded = None

@@ -128,6 +128,24 @@ def test_read_only_handle_refuses_writes(store):
 # -- reads reflect what is on disk --------------------------------------------------------
 
 
+def test_update_pyramid_refuses_levels_made_by_a_method_it_does_not_compute(tmp_path):
+    """ngff-zarr records 'itkwasm_gaussian': recomputing levels by another method would
+    mix two pyramids under one description."""
+    data = np.arange(8 * 16 * 16, dtype="u2").reshape(8, 16, 16)
+    lg.write_ome_zarr(tmp_path / "g.zarr", data, levels=2, device="cpu")
+    group = zarr.open_group(str(tmp_path / "g.zarr"), mode="r+")
+    attrs = group.attrs.asdict()
+    attrs["ome"]["multiscales"][0]["type"] = "itkwasm_gaussian"
+    group.attrs.put(attrs)
+    img = lg.open_ome_zarr(tmp_path / "g.zarr", mode="r+")
+    before = img[1][...]
+    img[0][0:2] = data[0:2] + 1
+    for method in (None, "mean"):
+        with pytest.raises(lg.InvalidArgumentError, match="itkwasm_gaussian"):
+            img.update_pyramid((slice(0, 2),), method=method)
+    np.testing.assert_array_equal(img[1][...], before)
+
+
 def test_float_levels_updated_by_regions_equal_a_fresh_write(tmp_path):
     """float64 means of a level whose shape the factors do not divide: updated region by
     region, they round as the fresh write of the whole volume does, bit for bit."""
