@@ -594,6 +594,8 @@ def describe(opened: Any) -> dict[str, Any]:
 
 
 def _image_dict(image: MultiscaleImage, with_labels: bool = True) -> dict[str, Any]:
+    from linumpy_gpu.errors import LinumpyGpuError
+
     levels = [
         {
             "index": lv.index,
@@ -637,14 +639,23 @@ def _image_dict(image: MultiscaleImage, with_labels: bool = True) -> dict[str, A
         }
     elif with_labels:
         labels = image.labels
-        out["labels"] = [_image_dict(labels[name], with_labels=False) for name in labels.names]
+        out["labels"] = []
+        for name in labels.names:
+            try:
+                out["labels"].append(_image_dict(labels[name], with_labels=False))
+            except LinumpyGpuError as exc:  # one broken label image hides nothing else
+                out["labels"].append({"name": name, "error": _one_line(exc)})
         for entry, name in zip(out["labels"], labels.names, strict=True):
             entry["label_name"] = name
     return out
 
 
 def to_json(value: Any, indent: int = 0) -> str:
-    """``value`` as JSON: objects one key a line, lists of plain values on one line."""
+    """``value`` as JSON: objects one key a line, lists of plain values on one line. NaN
+    and infinities (in metadata zarr-python writes as bare ``NaN``) become the strings
+    "NaN", "Infinity" and "-Infinity": strict JSON has no such numbers."""
+    if indent == 0:
+        value = _strict(value)
     pad, inner = "  " * indent, "  " * (indent + 1)
     flat = json.dumps(value, default=_json_default)
     if len(flat) <= 72 and not (
@@ -658,6 +669,16 @@ def to_json(value: Any, indent: int = 0) -> str:
         items = [f"{inner}{to_json(v, indent + 1)}" for v in value]
         return "[\n" + ",\n".join(items) + "\n" + pad + "]"
     return json.dumps(value, default=_json_default)
+
+
+def _strict(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(v) for v in value]
+    return value
 
 
 def _json_default(value: Any) -> Any:

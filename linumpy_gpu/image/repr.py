@@ -213,7 +213,7 @@ def thumbnail_level(
     fits = [
         lv.index
         for lv in image.levels
-        if lv.shape[iy] <= max_yx and lv.shape[ix] <= max_yx and lv.nbytes <= max_bytes
+        if lv.shape[iy] <= max_yx and lv.shape[ix] <= max_yx and _decoded_bytes(lv) <= max_bytes
     ]
     if not fits:
         coarsest = image.levels[-1]
@@ -229,6 +229,14 @@ def thumbnail_level(
     ]
     chosen = max(legible) if legible else min(fits)
     return chosen, f"maximum projection of level {chosen}"
+
+
+def _decoded_bytes(level: Any) -> int:
+    """Bytes a whole read of ``level`` decodes: its chunks whole, which a writer that keeps
+    one chunk shape on every level makes far larger than the level."""
+    chunks = level.chunks
+    count = math.prod(-(-n // c) for n, c in zip(level.shape, chunks, strict=True))
+    return max(level.nbytes, count * math.prod(chunks) * level.dtype.itemsize)
 
 
 def thumbnail(
@@ -372,8 +380,10 @@ def _thumbnail_block(image: MultiscaleImage) -> str:
     # shown with square physical pixels when the scales say so
     index, _ = thumbnail_level(image)
     scale = image.scale(index or 0)
-    sy, sx = abs(scale[iy]) or 1.0, abs(scale[ix]) or 1.0
-    phys_h, phys_w = height * sy, width * sx
+    aspect = abs(scale[iy] / scale[ix]) if scale[ix] else 1.0
+    if not (math.isfinite(aspect) and 1e-3 <= aspect <= 1e3):
+        aspect = 1.0  # scales a display cannot follow: square pixels
+    phys_h, phys_w = height * aspect, float(width)
     zoom = DISPLAY_PX / max(phys_h, phys_w)
     h_px, w_px = max(1, round(phys_h * zoom)), max(1, round(phys_w * zoom))
     return (

@@ -851,3 +851,21 @@ def test_convert_keeps_channels_of_any_channel_axis_and_omero_keys(tmp_path, cap
     assert omero["rdefs"] == {"defaultZ": 0, "model": "color"}
     assert omero["channels"][1]["inverted"] is True and omero["channels"][1]["family"] == "linear"
     assert "not copied" not in capsys.readouterr().err
+
+
+def test_inspect_json_of_an_image_with_a_missing_label_and_nan_properties(tmp_path, capsys):
+    img = lg.write_ome_zarr(tmp_path / "i.zarr", _volume((4, 16, 16)), axes="zyx", levels=1)
+    lg.write_labels(img, "cells", np.ones((4, 16, 16), "u1"))
+    label = zarr.open_group(str(tmp_path / "i.zarr" / "labels" / "cells"), mode="r+")
+    attrs = label.attrs.asdict()
+    attrs["ome"]["image-label"]["properties"] = [{"label-value": 1, "area": float("nan")}]
+    label.attrs.put(attrs)
+    group = zarr.open_group(str(tmp_path / "i.zarr" / "labels"), mode="r+")
+    listing = group.attrs.asdict()
+    listing["ome"]["labels"] = ["cells", "nuclei"]  # nuclei is listed, not there
+    group.attrs.put(listing)
+    assert main(["inspect", "--json", str(tmp_path / "i.zarr")]) == 0
+    info = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(c))
+    by_name = {entry.get("name"): entry for entry in info["labels"]}
+    assert "error" in by_name["nuclei"]
+    assert info["labels"][0]["image_label"]["properties"][0]["area"] == "NaN"

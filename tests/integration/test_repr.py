@@ -120,6 +120,35 @@ def test_no_thumbnail_when_no_level_is_small(tmp_path, monkeypatch):
     assert "no thumbnail: the coarsest level (0, y/x 600x700" in html
 
 
+def test_no_thumbnail_from_a_small_level_in_huge_chunks(tmp_path, monkeypatch):
+    """A small level whose chunks are far larger (a writer keeping one chunk shape on every
+    level) would decode them whole: what a thumbnail may read counts the chunks."""
+    path = tmp_path / "big-chunks.zarr"
+    lg.write_ome_zarr(path, np.ones((8, 128, 128), "u2"), levels=1)
+    root = zarr.open_group(str(path), mode="r+")
+    root.create_array(
+        "0",
+        shape=(8, 128, 128),
+        dtype="u2",
+        chunks=(256, 1024, 1024),
+        overwrite=True,
+        dimension_names=["z", "y", "x"],
+        fill_value=1,
+    )  # 512 MiB to decode for a 256 KiB level
+    img = lg.open_ome_zarr(path)
+    monkeypatch.setattr(lg.Level, "read", lambda *a, **k: pytest.fail("read a level"))
+    assert "<img" not in img._repr_html_()
+
+
+@pytest.mark.parametrize("scale", [1e307, 1e-310])
+def test_scales_a_display_cannot_follow_still_show(tmp_path, scale):
+    img = lg.write_ome_zarr(
+        tmp_path / "s.zarr", np.ones((4, 32, 32), "u1"), scale=(1.0, scale, 1.0), levels=1
+    )
+    html = img._repr_html_()
+    assert "<img" in html
+
+
 def test_a_thumbnail_that_fails_does_not_break_the_summary(image, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError("disk gone")
