@@ -164,7 +164,7 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
     finishes, swap it into ``target`` (replacing an existing store only with
     ``overwrite``, and ``whole`` as for :func:`check_replaceable`). If the block fails, the
     folder is removed and ``target`` is untouched."""
-    parent, base = os.path.split(os.path.abspath(target))
+    parent, base = os.path.split(target)  # absolute already (io.stores.absolute)
     staging = os.path.join(
         parent, f".{_stem(base)}.{_HOST}.{os.getpid()}-{uuid.uuid4().hex[:8]}{STAGING_SUFFIX}"
     )
@@ -333,7 +333,13 @@ class UnitLocks:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
                 # kept open for the life of the process: closing any descriptor of the file
                 # would drop every record lock this process holds on it
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+                try:
+                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+                except PermissionError as exc:
+                    raise StorePermissionError(
+                        f"'{os.path.dirname(self.path)}' is not writable here "
+                        f"({exc.strerror}); it cannot be written"
+                    ) from exc
                 self._files[self.path] = fd
             return fd
 

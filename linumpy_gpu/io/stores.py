@@ -85,8 +85,22 @@ def local_path(path: str) -> str | None:
     ``local://``, in any case), or None for a URL of another protocol."""
     protocol, rest = split_protocol(path)
     if protocol is None or protocol in _LOCAL_PROTOCOLS:
-        return os.path.abspath(os.path.expanduser(rest))
+        return absolute(rest)
     return None
+
+
+def absolute(path: str) -> str:
+    """The absolute path the system means by ``path``: a leading ``~/`` is the home folder;
+    ``..`` is taken after the links before it are followed (``link/../x`` is the folder
+    beside the link's target, as the system resolves it, not beside the link); the last
+    part is kept as it is, so a link there is still seen as a link."""
+    if path == "~" or path.startswith("~/"):
+        path = os.path.expanduser(path)
+    joined = os.path.join(os.getcwd(), path)
+    parent, name = os.path.split(joined.rstrip(os.sep) or os.sep)
+    if name in ("", ".", ".."):
+        return os.path.realpath(joined)
+    return os.path.join(os.path.realpath(parent), name)
 
 
 def overlapping(a: str, b: str) -> bool:
@@ -188,7 +202,7 @@ def _local(text: str, read_only: bool, must_exist: bool) -> StoreLocation:
 
     if "\0" in text:
         raise InvalidArgumentError(f"store paths cannot hold a NUL character, got {text!r}")
-    where = os.path.abspath(os.path.expanduser(text))
+    where = absolute(text)
     if must_exist and not os.path.exists(where):
         raise StoreNotFoundError(f"no such file or directory: '{where}'")
     if must_exist and not os.path.isdir(where):

@@ -687,3 +687,40 @@ def test_a_destination_under_a_file_is_named_in_the_error(tmp_path):
     ):
         lg.write_ome_zarr(tmp_path / "afile" / "x.zarr", volume(), device="cpu")
     assert (tmp_path / "afile").read_text() == "notes"
+
+
+def test_dot_dot_after_a_link_means_what_the_system_means(tmp_path):
+    """'link/../x' is the folder beside the link's target (as the system and zarr-python
+    resolve it), not beside the link: reads and overwrites go there, nowhere else."""
+    (tmp_path / "data" / "sub").mkdir(parents=True)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "link").symlink_to(tmp_path / "data" / "sub")
+    lg.write_ome_zarr(tmp_path / "work" / "store.zarr", np.full((4, 8, 8), 11, "u1"), levels=1)
+    lg.write_ome_zarr(tmp_path / "data" / "store.zarr", np.full((4, 8, 8), 22, "u1"), levels=1)
+    spelled = str(tmp_path / "work" / "link" / ".." / "store.zarr")
+    assert int(lg.open_ome_zarr(spelled)[0][0, 0, 0]) == 22
+    lg.write_ome_zarr(spelled, np.full((4, 8, 8), 99, "u1"), levels=1, overwrite=True)
+    assert int(lg.open_ome_zarr(tmp_path / "data" / "store.zarr")[0][0, 0, 0]) == 99
+    assert int(lg.open_ome_zarr(tmp_path / "work" / "store.zarr")[0][0, 0, 0]) == 11
+
+
+def test_a_label_image_reached_through_a_linked_folder_is_not_replaced(tmp_path):
+    image = tmp_path / "img.zarr"
+    lg.write_ome_zarr(image, volume(), levels=1, device="cpu")
+    lg.write_labels(image, "cells", np.ones(volume().shape, "u1"))
+    (tmp_path / "alias").symlink_to(image / "labels")
+    before = snapshot(image)
+    with pytest.raises(lg.StoreExistsError, match="lies inside the image"):
+        lg.write_ome_zarr(tmp_path / "alias" / "cells", volume(), overwrite=True, device="cpu")
+    assert snapshot(image) == before
+
+
+def test_only_a_leading_tilde_slash_is_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "work" / "~nobody").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "work")
+    lg.write_ome_zarr("~/a.zarr", volume(), levels=1, device="cpu")
+    assert (tmp_path / "home" / "a.zarr" / "zarr.json").is_file()
+    lg.write_ome_zarr("~nobody/b.zarr", volume(), levels=1, device="cpu")
+    assert (tmp_path / "work" / "~nobody" / "b.zarr" / "zarr.json").is_file()
