@@ -65,7 +65,8 @@ def _inline_stored_parameters(block: dict[str, Any], group: Any, where: str) -> 
             multiscale.get("coordinateTransformations"),
             f"multiscales[{m}].coordinateTransformations",
         )
-        for d, dataset in enumerate(multiscale.get("datasets") or []):
+        datasets = multiscale.get("datasets")
+        for d, dataset in enumerate(datasets if isinstance(datasets, list) else []):
             if isinstance(dataset, dict):
                 field = f"multiscales[{m}].datasets[{d}].coordinateTransformations"
                 inline(dataset.get("coordinateTransformations"), field)
