@@ -162,7 +162,11 @@ class ChunkedArrayReader:
                     return self._read(sel, out, progress, on_damaged, tight)
 
         whole_level = sel.size == math.prod(layout.shape)
-        return self._within_memory(attempt, sel.size * layout.dtype.itemsize, whole_level)
+        result = self._within_memory(attempt, sel.size * layout.dtype.itemsize, whole_level)
+        # a store replaced while the chunks were read (write_ome_zarr(overwrite=True) in
+        # another process) may have given some chunks of each: refused, never mixed
+        self.check_unchanged()
+        return result
 
     def _within_memory(self, attempt: Any, out_nbytes: int, whole_level: bool) -> Any:
         """``attempt(tight=False)``; where it runs out of memory midway (other work took
@@ -261,6 +265,7 @@ class ChunkedArrayReader:
         # every region's output is made before any is read: all of them must fit
         self.memory.reserve_for_read(out_nbytes, self._batch_bytes(out_nbytes))
         result: list[Any] = self._within_memory(attempt, out_nbytes, whole_level)
+        self.check_unchanged()  # as for read(): never a mix of a store and its replacement
         return result
 
     def check_unchanged(self, writing: bool = False) -> None:

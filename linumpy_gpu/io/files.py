@@ -182,14 +182,19 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
     try:
         yield staging
         target = os.path.join(parent, base)
-        if os.path.lexists(target):
-            if not overwrite:
-                raise StoreExistsError(f"'{target}' appeared while it was being written")
-            check_replaceable(target, whole)
-            _exchange(staging, target)  # staging now holds the old store
-        else:
-            os.rename(staging, target)
-            return
+        if not os.path.lexists(target):
+            try:
+                os.rename(staging, target)
+                return
+            except OSError as exc:
+                # another writer's store landed there first (a rename onto a folder that
+                # holds files fails): replaced as an existing store is, or refused
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+        if not overwrite:
+            raise StoreExistsError(f"'{target}' appeared while it was being written")
+        check_replaceable(target, whole)
+        _exchange(staging, target)  # staging now holds the old store
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -724,3 +724,62 @@ def test_only_a_leading_tilde_slash_is_the_home_folder(tmp_path, monkeypatch):
     assert (tmp_path / "home" / "a.zarr" / "zarr.json").is_file()
     lg.write_ome_zarr("~nobody/b.zarr", volume(), levels=1, device="cpu")
     assert (tmp_path / "work" / "~nobody" / "b.zarr" / "zarr.json").is_file()
+
+
+_REPLACER = """
+import sys, numpy as np, linumpy_gpu as lg
+for k in range(1, 41):
+    lg.write_ome_zarr(sys.argv[1], np.full((32, 64, 64), k, "u2"), chunks=(8, 16, 16),
+                      levels=1, overwrite=True)
+"""
+
+
+def test_reads_while_another_process_replaces_the_store_are_never_mixed(tmp_path):
+    """Each read is the whole old image, the whole new one, or a StoreError (open again):
+    never chunks of both."""
+    path = tmp_path / "replaced.ome.zarr"
+    lg.write_ome_zarr(path, np.zeros((32, 64, 64), "u2"), chunks=(8, 16, 16), levels=1)
+    writer = subprocess.Popen([sys.executable, "-c", _REPLACER, str(path)])
+    img = lg.open_ome_zarr(path)
+    try:
+        while writer.poll() is None:
+            try:
+                values = np.unique(img[0][...])
+            except lg.StoreError:
+                img = lg.open_ome_zarr(path)
+                continue
+            assert len(values) == 1, values
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+def test_a_store_that_lands_while_another_is_built_is_replaced_or_refused(tmp_path, monkeypatch):
+    """Two writers of one new path: the second finds the first's store where it found
+    nothing (its rename onto it fails); overwrite=True replaces it, without it the write
+    is refused."""
+    import shutil
+
+    target = tmp_path / "new.zarr"
+    real_lexists = os.path.lexists
+    calls = {"n": 0}
+
+    def racing(path):  # every check of this write runs before the other store lands
+        if os.fspath(path) == str(target) and calls["n"] < 2:
+            calls["n"] += 1
+            if calls["n"] == 2:
+                monkeypatch.setattr(os.path, "lexists", real_lexists)
+                lg.write_ome_zarr(target, volume(seed=1), device="cpu")
+                monkeypatch.setattr(os.path, "lexists", racing)
+            return False
+        return real_lexists(path)
+
+    monkeypatch.setattr(os.path, "lexists", racing)
+    lg.write_ome_zarr(target, volume(seed=2), overwrite=True, device="cpu")
+    np.testing.assert_array_equal(lg.open_ome_zarr(target)[0][...], volume(seed=2))
+    shutil.rmtree(target)
+    calls["n"] = 0
+    with pytest.raises(lg.StoreExistsError, match="appeared while it was being written"):
+        lg.write_ome_zarr(target, volume(seed=3), device="cpu")
+    np.testing.assert_array_equal(lg.open_ome_zarr(target)[0][...], volume(seed=1))
+    assert [p.name for p in tmp_path.iterdir()] == ["new.zarr"]
