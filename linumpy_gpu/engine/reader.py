@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -486,7 +486,7 @@ class ChunkedArrayReader:
         return fetched
 
     def _learn_ratio(self, fetched: _Fetched) -> None:
-        sizes = [len(d) for d in fetched.data if d is not None and not isinstance(d, Exception)]
+        sizes = [len(d) for d in fetched.data if _stored(d)]
         if sizes and self.layout.chunk is not None:
             decoded = len(sizes) * max(1, self.layout.chunk.nbytes)
             self._stored_fraction = self._clamped(sum(sizes) / decoded)
@@ -750,11 +750,7 @@ class ChunkedArrayReader:
                     place(work, task.out_region, chunk, task.chunk_region)
 
             decoded = self.backend.decode(
-                [
-                    (fetched.keys[i], data)
-                    for i in present
-                    if (data := fetched.data[i]) is not None and not isinstance(data, Exception)
-                ],
+                [(fetched.keys[i], data) for i in present if _stored(data := fetched.data[i])],
                 fmt,
                 self.name,
                 staging=fetched.staging,
@@ -857,7 +853,7 @@ class ChunkedArrayReader:
         return f"{layout.storage_key(shard)} (inner chunk {local})"
 
 
-def _stored(data: Any) -> bool:
+def _stored(data: Any) -> TypeGuard[memoryview]:
     """Whether a fetched chunk is stored bytes (not missing, not refused by its shard)."""
     return data is not None and not isinstance(data, ChunkDecodeError)
 

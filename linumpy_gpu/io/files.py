@@ -88,10 +88,18 @@ def local_document(folder: str, name: str) -> dict[str, Any] | None:
     """The metadata document ``name`` of the local folder ``folder`` (a DocumentReader)."""
     try:
         with open(os.path.join(folder, name), "rb") as f:
-            document = json.loads(f.read() or b"{}")
+            return json_object(f.read())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except OSError:
+        return {}
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A metadata document's bytes as its JSON object; {} where they are not one."""
+    try:
+        document = json.loads(raw or b"{}")
+    except ValueError:
         return {}
     return document if isinstance(document, dict) else {}
 

@@ -11,7 +11,6 @@ source while it is written.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from linumpy_gpu.io.files import (
     UnitLocks,
     built_beside,
     check_replaceable,
+    json_object,
     replace_refusal,
 )
 from linumpy_gpu.io.stores import locate, translated_errors
@@ -386,7 +386,7 @@ def _store_nodes(store: Any, path: str) -> tuple[DocumentReader, str, list[str]]
                 raw = sync(fs._cat_file(f"{node}/{name}" if node else name))
             except FileNotFoundError:
                 return None
-            return _json_object(raw)
+            return json_object(raw)
 
         node = "/".join(p for p in (root.rstrip("/"), path) if p)
         parts = node.split("/")
@@ -395,18 +395,10 @@ def _store_nodes(store: Any, path: str) -> tuple[DocumentReader, str, list[str]]
 
     def read_key(node: str, name: str) -> dict[str, Any] | None:
         raw = sync(store.get(f"{node}/{name}" if node else name, default_buffer_prototype()))
-        return None if raw is None else _json_object(raw.to_bytes())
+        return None if raw is None else json_object(raw.to_bytes())
 
     parts = path.split("/") if path else []
     return read_key, path, ["/".join(parts[:i]) for i in range(len(parts) - 1, -1, -1)]
-
-
-def _json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        document = json.loads(raw or b"{}")
-    except ValueError:
-        return {}
-    return document if isinstance(document, dict) else {}
 
 
 def _check_not_reading_from(data: Any, store: Any, path: str, where: str) -> None:
