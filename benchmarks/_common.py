@@ -783,6 +783,7 @@ def host_info(gpu_name: str | None) -> dict[str, Any]:
         "zarr": _dist_version("zarr"),
         "numpy": np.__version__,
         "numcodecs": _dist_version("numcodecs"),
+        "deflate": _dist_version("deflate"),
         "cupy": _dist_version("cupy-cuda13x", "cupy-cuda12x", "cupy"),
         "nvcomp": _dist_version(
             "nvidia-nvcomp-cu13",
@@ -848,6 +849,12 @@ class Run:
             f"{self.host['versions']['linumpy_gpu']}; stores in {self.dir}",
             flush=True,
         )
+        if self.host["versions"]["deflate"] is None:
+            print(
+                "# warning: the deflate package is missing: gzip and zlib decode through "
+                "zlib, about 2.5x slower than with libdeflate",
+                flush=True,
+            )
 
     def store(self, layout_name: str) -> Store:
         t0 = time.perf_counter()

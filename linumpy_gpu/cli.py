@@ -1581,6 +1581,13 @@ def _info(args: argparse.Namespace) -> int:
     print("settings (change with LINUMPY_GPU_<NAME> or linumpy_gpu.config.set):")
     for name in config.names():
         print(f"  {name} = {getattr(settings, name)!r}  ({sources[name]})")
+    from linumpy_gpu.codecs.deflate import decoder_name
+
+    decoder = decoder_name()
+    print(
+        f"gzip/zlib decoder: {decoder}"
+        + ("" if decoder == "libdeflate" else " (install the deflate package: reads 2.5x faster)")
+    )
     missing = missing_pieces()
     if missing:
         print("GPU path unavailable: needs " + "; ".join(missing))
