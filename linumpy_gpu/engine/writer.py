@@ -24,7 +24,12 @@ from linumpy_gpu.core.layout import ArrayLayout, layout_of
 from linumpy_gpu.core.selection import normalize_selection
 from linumpy_gpu.engine.reader import ChunkedArrayReader
 from linumpy_gpu.errors import ChunkWriteError, SelectionError, UnsupportedWriteError, WriteError
-from linumpy_gpu.io.files import UnitLocks, remove_stale_partials, write_file_atomically
+from linumpy_gpu.io.files import (
+    UnitLocks,
+    remove_stale_partials,
+    replacing,
+    write_file_atomically,
+)
 
 # Stored bytes: ordinary bytes, or a view of the memory an encoder landed them in
 Buffer = bytes | memoryview
@@ -162,6 +167,14 @@ class ChunkedArrayWriter:
         # Files of batch k are written while batch k+1 is encoded (one batch in flight, so
         # host memory holds at most two batches of compressed bytes).
         with ThreadPoolExecutor(1, thread_name_prefix="linumpy-put") as putter:
+            if per_unit > self.batch_bytes and self._root is not None:
+                # a shard larger than a batch: its file is written as its chunks are
+                # encoded, a batch at a time, so no shard is ever held whole
+                for shard in units:
+                    self._write_shard_in_parts(data, origin, shard, putter)
+                    if progress is not None:
+                        progress.update(1)
+                return
             pending = None
             for i in range(0, len(units), per_batch):
                 batch = units[i : i + per_batch]
@@ -204,6 +217,62 @@ class ChunkedArrayWriter:
             regions = inner_regions[k * n_inner : (k + 1) * n_inner]
             shards.append(_assemble_shard(parts, regions, layout.shard_index.crc32c))
         return shards, release
+
+    def _write_shard_in_parts(
+        self, data: Any, origin: list[int], shard: tuple[int, ...], putter: ThreadPoolExecutor
+    ) -> None:
+        """One shard's file (local stores), its inner chunks encoded a batch at a time and
+        appended while the next batch encodes; the index goes last, as in
+        :func:`_assemble_shard`. The file appears whole under its name or not at all."""
+        layout = self.layout
+        assert layout.shard_index is not None  # sharded: the index format is known
+        per = layout.shard_index.inner_per_shard
+        chunk = layout.chunk_shape
+        regions = [
+            self._region(
+                tuple(s * p + i for s, p, i in zip(shard, per, inner, strict=True)), chunk, origin
+            )
+            for inner in itertools.product(*(range(p) for p in per))
+        ]
+        group = max(1, self.batch_bytes // (math.prod(chunk) * layout.dtype.itemsize))
+        index = np.full((len(regions), 2), np.iinfo(np.uint64).max, dtype="<u8")
+        key = self._prefix + layout.storage_key(shard)
+        try:
+            with replacing(self._local_path(key)) as tmp, open(tmp, "wb") as f:
+                offset = 0
+                pending = None
+                try:
+                    for start in range(0, len(regions), group):
+                        frames, release = self._encode_chunks(data, regions[start : start + group])
+                        parts = []
+                        for i, frame in enumerate(frames, start):
+                            if frame is not None:
+                                index[i] = (offset, len(frame))
+                                parts.append(frame)
+                                offset += len(frame)
+                        try:
+                            if pending is not None:
+                                pending.result()
+                        except BaseException:
+                            release()
+                            raise
+                        pending = putter.submit(_append_parts, f, parts, release)
+                finally:  # never close the file under a write still running
+                    if pending is not None:
+                        pending.result()
+                raw_index = index.tobytes()
+                f.write(raw_index)
+                if layout.shard_index.crc32c:
+                    import google_crc32c
+
+                    f.write(google_crc32c.value(raw_index).to_bytes(4, "little"))
+        except OSError as exc:
+            raise ChunkWriteError(
+                f"{self.name}: writing '{key}' failed ({type(exc).__name__}: "
+                f"{exc.strerror or exc}); {self.written} objects of this array were written "
+                "before it, each whole"
+            ) from exc
+        self.written += 1
 
     def _region(
         self, coords: tuple[int, ...], chunk: tuple[int, ...], origin: list[int]
@@ -276,14 +345,26 @@ class ChunkedArrayWriter:
             whole = b"".join(blob) if isinstance(blob, list) else bytes(blob)
             sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(whole)))
             return
+        write_file_atomically(self._local_path(key), blob)
+
+    def _local_path(self, key: str) -> str:
+        """The file of ``key`` in the local store, its folder made (and cleared of what an
+        earlier write of it, killed midway, left there)."""
         path = os.path.join(os.fspath(self._root), *key.split("/"))
         folder = os.path.dirname(path)
         if folder not in self._made_dirs:
             os.makedirs(folder, exist_ok=True)
-            # what an earlier write of this folder, killed midway, left there
             remove_stale_partials(folder)
             self._made_dirs.add(folder)
-        write_file_atomically(path, blob)
+        return path
+
+
+def _append_parts(f: Any, parts: list[Buffer], release: Callable[[], None]) -> None:
+    """Append ``parts`` to the open file ``f``, then give back the memory they lie in."""
+    try:
+        f.writelines(parts)
+    finally:
+        release()
 
 
 def _assemble_shard(

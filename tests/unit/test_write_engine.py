@@ -195,3 +195,85 @@ def test_every_encoded_batch_is_released_even_when_a_file_write_fails(
             engine.write((slice(None),) * 3, data)
         assert backend.handed_out >= 1
     assert backend.released == backend.handed_out
+
+
+@pytest.mark.parametrize("index_crc", [True, False])
+def test_shards_larger_than_a_batch_are_written_as_they_encode(tmp_path, index_crc):
+    """A shard larger than the writer's batch is encoded a batch of inner chunks at a time
+    and appended to its file, so a write never holds a whole shard: the files read back
+    equal through zarr-python, edge shards and inner chunks past the array included, with
+    or without the index checksum, and every batch's memory is given back."""
+    from zarr.codecs import BytesCodec, ShardingCodec, ZstdCodec
+
+    from linumpy_gpu.engine import writer
+
+    index_codecs = [BytesCodec()] + ([zarr.codecs.Crc32cCodec()] if index_crc else [])
+    array = zarr.create_array(
+        str(tmp_path / "a.zarr"),
+        shape=(20, 36, 44),
+        chunks=(16, 32, 32),
+        serializer=ShardingCodec(
+            chunk_shape=(4, 8, 8), codecs=[BytesCodec(), ZstdCodec()], index_codecs=index_codecs
+        ),
+        compressors=None,
+        dtype="u2",
+    )
+    backend = _CountingBackend()
+    # three inner chunks per batch: each shard of 64 inner chunks is written in 22 parts
+    engine = writer.ChunkedArrayWriter(array, backend, batch_bytes=3 * 4 * 8 * 8 * 2)
+    data = (np.arange(20 * 36 * 44) % 4093).astype("u2").reshape(20, 36, 44)
+    engine.write((slice(None),) * 3, data)
+    np.testing.assert_array_equal(array[...], data)
+    from linumpy_gpu.engine.reader import ChunkedArrayReader
+
+    np.testing.assert_array_equal(
+        ChunkedArrayReader(array, lg.backends.CpuBackend()).read((slice(None),) * 3), data
+    )
+    assert backend.handed_out > 8 and backend.released == backend.handed_out
+    # a region inside one shard: read, modified and written back in parts
+    engine.write((slice(1, 3), slice(2, 5), slice(40, 44)), np.full((2, 3, 4), 7, "u2"))
+    data[1:3, 2:5, 40:44] = 7
+    np.testing.assert_array_equal(array[...], data)
+    files = sorted(p.name for p in (tmp_path / "a.zarr").rglob("*") if p.is_file())
+    assert not [f for f in files if f.endswith(".partial")]
+
+
+def test_a_shard_written_in_parts_that_fails_leaves_the_old_file(tmp_path, monkeypatch):
+    """Disk full while a shard is appended part by part: the shard's previous file stays
+    as it was (the new one lives under a temporary name until it is whole), nothing
+    temporary is left, the error names the shard, and every batch is given back."""
+    from zarr.codecs import BytesCodec, ShardingCodec, ZstdCodec
+
+    from linumpy_gpu.engine import writer
+
+    array = zarr.create_array(
+        str(tmp_path / "a.zarr"),
+        shape=(16, 32, 32),
+        chunks=(16, 32, 32),
+        serializer=ShardingCodec(chunk_shape=(4, 8, 8), codecs=[BytesCodec(), ZstdCodec()]),
+        compressors=None,
+        dtype="u2",
+    )
+    old = (np.arange(16 * 32 * 32) % 777).astype("u2").reshape(16, 32, 32)
+    array[...] = old
+    before = {p: p.read_bytes() for p in (tmp_path / "a.zarr").rglob("c/*/*/*")}
+    backend = _CountingBackend()
+    engine = writer.ChunkedArrayWriter(array, backend, batch_bytes=2 * 4 * 8 * 8 * 2)
+    calls = {"n": 0}
+
+    def append(f, parts, release):
+        calls["n"] += 1
+        try:
+            if calls["n"] > 3:
+                raise OSError(28, "No space left on device")
+            f.writelines(parts)
+        finally:
+            release()
+
+    monkeypatch.setattr(writer, "_append_parts", append)
+    with pytest.raises(lg.ChunkWriteError, match="c/0/0/0.*No space left"):
+        engine.write((slice(None),) * 3, np.zeros((16, 32, 32), "u2"))
+    assert backend.released == backend.handed_out >= 4
+    assert {p: p.read_bytes() for p in (tmp_path / "a.zarr").rglob("c/*/*/*")} == before
+    assert not list((tmp_path / "a.zarr").rglob("*.partial"))
+    np.testing.assert_array_equal(array[...], old)
