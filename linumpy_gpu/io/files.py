@@ -112,21 +112,37 @@ def replace_refusal(read: DocumentReader, target: str, parents: Iterable[str]) -
     v3 = read(target, "zarr.json")
     if read(target, ".zarray") is not None or (v3 or {}).get("node_type") == "array":
         return "is a zarr array"
-    for parent in parents:
+    own = _ome_keys(v3, read(target, ".zattrs"))
+    for kind in ("plate", "well"):
+        if kind in own:
+            return f"is an HCS {kind}, whose images it would delete"
+    if "bioformats2raw.layout" in own:
+        return "is a bioformats2raw collection, whose images it would delete"
+    for distance, parent in enumerate(parents, 1):
         v3 = read(parent, "zarr.json")
         v2 = read(parent, ".zattrs")
         if v3 is None and v2 is None and read(parent, ".zgroup") is None:
             return None
-        attributes = (v3 or {}).get("attributes")
-        attributes = attributes if isinstance(attributes, dict) else {}
-        ome = attributes.get("ome")
-        if (
-            "multiscales" in attributes
-            or (isinstance(ome, dict) and "multiscales" in ome)
-            or "multiscales" in (v2 or {})
-        ):
+        keys = _ome_keys(v3, v2)
+        if "multiscales" in keys:
             return f"lies inside the image at '{parent}'"
+        if "plate" in keys and distance <= 2:
+            # a plate's rows and wells hold its images; its fields (three down) are images
+            return f"is a {('row', 'well')[distance - 1]} of the plate at '{parent}'"
     return None
+
+
+def _ome_keys(v3: dict[str, Any] | None, v2: dict[str, Any] | None) -> set[str]:
+    """The attribute names of a node's zarr v3 document ``v3`` or zarr v2 ``.zattrs``
+    ``v2``, those inside an ``ome`` attribute (NGFF 0.5) included."""
+    keys: set[str] = set()
+    for attributes in ((v3 or {}).get("attributes"), v2):
+        if isinstance(attributes, dict):
+            keys.update(attributes)
+            ome = attributes.get("ome")
+            if isinstance(ome, dict):
+                keys.update(ome)
+    return keys
 
 
 def _local_parents(folder: str) -> Iterator[str]:

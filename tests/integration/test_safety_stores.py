@@ -194,6 +194,74 @@ def test_overwrite_never_replaces_a_part_of_another_store_on_an_object_store(par
     fs.rm(root.split("://")[1], recursive=True)
 
 
+def _plate(root: str, version: str) -> None:
+    """A one-row plate of two wells of two field images, as another writer lays it out."""
+    group = zarr.open_group(root, mode="w", zarr_format=3 if version == "0.5" else 2)
+    plate = {
+        "rows": [{"name": "A"}],
+        "columns": [{"name": "1"}, {"name": "2"}],
+        "wells": [
+            {"path": "A/1", "rowIndex": 0, "columnIndex": 0},
+            {"path": "A/2", "rowIndex": 0, "columnIndex": 1},
+        ],
+    }
+    well = {"images": [{"path": "0"}, {"path": "1"}]}
+    ome = (
+        (lambda kind, body: {"ome": {"version": "0.5", kind: body}})
+        if version == "0.5"
+        else (lambda kind, body: {kind: {**body, "version": "0.4"}})
+    )
+    group.attrs.update(ome("plate", plate))
+    for w in ("A/1", "A/2"):
+        group.require_group(w).attrs.update(ome("well", well))
+        for field in "01":
+            lg.write_ome_zarr(f"{root}/{w}/{field}", volume(), levels=1, version=version)
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+@pytest.mark.parametrize("part", ["", "A", "A/1"])
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_overwrite_never_replaces_a_plate_its_rows_or_wells(tmp_path, where, part, version):
+    """A plate, one of its rows or one of its wells holds field images: an image written
+    over it would delete them. A field image itself may be replaced by an image."""
+    import fsspec
+
+    if where == "local":
+        root = str(tmp_path / "plate.zarr")
+        listing = lambda: snapshot(tmp_path)  # noqa: E731
+    else:
+        root = f"memory://plate-{os.getpid()}-{version}-{part.replace('/', '-')}"
+        fs = fsspec.filesystem("memory")
+        listing = lambda: {k: fs.cat(k) for k in fs.find(root.split("://")[1])}  # noqa: E731
+    _plate(root, version)
+    before = listing()
+    target = f"{root}/{part}" if part else root
+    with pytest.raises(lg.StoreExistsError, match="plate"):
+        lg.write_ome_zarr(target, volume(), overwrite=True, levels=1, version=version)
+    assert listing() == before
+    assert sorted(lg.open_ome_zarr(root)) == ["A/1", "A/2"]
+    replaced = lg.write_ome_zarr(
+        f"{root}/A/2/1", volume() + 1, overwrite=True, levels=1, version=version
+    )
+    np.testing.assert_array_equal(replaced[0][...], volume() + 1)
+    well = lg.open_ome_zarr(root)["A/2"]
+    np.testing.assert_array_equal(well[0][0][...], volume())
+    np.testing.assert_array_equal(well[1][0][...], volume() + 1)
+    if where == "memory":
+        fs.rm(root.split("://")[1], recursive=True)
+
+
+def test_overwrite_never_replaces_a_bioformats2raw_collection(tmp_path):
+    root = tmp_path / "series.zarr"
+    group = zarr.open_group(str(root), mode="w", zarr_format=2)
+    group.attrs["bioformats2raw.layout"] = 3
+    lg.write_ome_zarr(root / "0", volume(), levels=1, version="0.4")
+    before = snapshot(tmp_path)
+    with pytest.raises(lg.StoreExistsError, match="bioformats2raw"):
+        lg.write_ome_zarr(root, volume(), overwrite=True, levels=1, version="0.4")
+    assert snapshot(tmp_path) == before
+
+
 @pytest.mark.parametrize("where", ["local", "memory"])
 def test_a_label_image_is_still_replaced_through_write_labels(tmp_path, where):
     image = str(tmp_path / "img.zarr") if where == "local" else f"memory://relabel-{os.getpid()}"
