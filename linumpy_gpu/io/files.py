@@ -256,20 +256,27 @@ def remove_stale_staging(parent: str, base: str) -> None:
     their process was killed (named with the host and that process's id; left alone while
     the process lives, and always where another host wrote them)."""
     # (a swap without renameat2 parks the old store under the same name plus ".old"; names
-    # without a host are from versions that wrote none)
+    # without a host are from versions that wrote none; a store built into a build folder
+    # of its own, as convert builds its image, leaves one named after that folder: one
+    # more leading dot and one more writer)
+    writer = r"(?:h[0-9a-f]{8}\.)?\d+-[0-9a-f]{8}" + re.escape(STAGING_SUFFIX)
     pattern = re.compile(
-        re.escape(f".{_stem(base)}.")
-        + r"(?:(h[0-9a-f]{8})\.)?(\d+)-[0-9a-f]{8}"
-        + re.escape(STAGING_SUFFIX)
+        r"(\.+)"
+        + re.escape(f"{_stem(base)}.")
+        + f"({writer}(?:\\.{writer})*)"
         + r"(\.old)?"
     )
     with contextlib.suppress(OSError):
         for name in os.listdir(parent):
             found = pattern.fullmatch(name)
-            if found is None or found.group(1) not in (None, _HOST):
+            if found is None:
                 continue
-            if not _process_alive(int(found.group(2))):
-                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            writers = re.findall(r"(?:(h[0-9a-f]{8})\.)?(\d+)-[0-9a-f]{8}", found.group(2))
+            if len(writers) != len(found.group(1)):
+                continue  # not a build folder of base (nor of one of its build folders)
+            if any(host not in ("", _HOST) or _process_alive(int(pid)) for host, pid in writers):
+                continue
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
 # Temporary files of :func:`replacing`: the file's name, then the host and process.

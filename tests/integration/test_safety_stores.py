@@ -320,6 +320,25 @@ def test_killed_write_leaves_the_old_store_and_the_next_write_cleans_up(store, t
     assert sorted(p.name for p in tmp_path.iterdir()) == [store.name]  # ... the next write does
 
 
+def test_build_folders_left_by_a_killed_convert_are_removed_by_the_next_write(store, tmp_path):
+    """convert builds its image in a build folder, and the image's write builds one beside
+    that: a killed convert leaves both, and the next write of the destination removes both
+    (not those of a live process, another host, or another destination)."""
+    from linumpy_gpu.io import files
+
+    dead = 2**22 + 12345  # above Linux's largest process id: no such process here
+    outer = f".{store.name}.{files._HOST}.{dead}-0123abcd.linumpy-gpu-partial"
+    inner = f".{outer}.{files._HOST}.{dead}-4567abcd.linumpy-gpu-partial"
+    live = f".{outer}.{files._HOST}.{os.getpid()}-89abcdef.linumpy-gpu-partial"
+    foreign = f".{outer}.h00000000.{dead}-89abcdef.linumpy-gpu-partial"
+    other = f"..other.zarr.{files._HOST}.{dead}-0123abcd.linumpy-gpu-partial"
+    for name in (outer, inner, live, foreign, other):
+        (tmp_path / name).mkdir()
+    (tmp_path / inner / "zarr.json").write_text("{}")
+    lg.write_ome_zarr(store, volume(seed=9), overwrite=True, chunks=(8, 16, 16), device="cpu")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([store.name, live, foreign, other])
+
+
 def test_build_folders_of_other_hosts_are_left_alone(store, tmp_path):
     """On a file system several hosts share, a process id is known only on its own host:
     another host's build folder is never taken for a dead writer's and removed."""
