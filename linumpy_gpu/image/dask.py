@@ -263,13 +263,6 @@ def cached_reader(source: ArraySource) -> ChunkedArrayReader:
     return _cached(key, make, info)
 
 
-def sources_read(data: Any) -> list[ArraySource]:
-    """The arrays of this package that the dask array ``data`` reads (its graph's
-    :class:`ArraySource` arguments), e.g. to refuse replacing a store that a lazy array
-    still reads from."""
-    return graph_objects(data, ArraySource)
-
-
 def graph_objects(data: Any, kinds: type | tuple[type, ...]) -> list[Any]:
     """The objects of ``kinds`` that the graph of the dask array ``data`` holds, as task
     arguments or as the arrays ``dask.array.from_array`` and ``from_zarr`` wrap."""
