@@ -104,20 +104,36 @@ def json_object(raw: bytes) -> dict[str, Any]:
     return document if isinstance(document, dict) else {}
 
 
-def replace_refusal(read: DocumentReader, target: str, parents: Iterable[str]) -> str | None:
+# Attributes of the OME-Zarr nodes that hold images: an image written over one deletes them
+_COLLECTIONS = {
+    "plate": "an HCS plate",
+    "well": "an HCS well",
+    "scene": "an NGFF scene",
+    "bioformats2raw.layout": "a bioformats2raw collection",
+}
+
+
+def replace_refusal(
+    read: DocumentReader, target: str, parents: Iterable[str], below: Iterable[str] = ()
+) -> str | None:
     """Why the zarr node ``target`` may not be replaced by a new image, or None: it is an
-    array, or it lies inside a multiscale image (its levels, its labels), which it would
-    break. ``parents``: the nodes above ``target``, nearest first; the walk stops at the
-    first that is not a zarr group."""
+    array, it lies inside a multiscale image (its levels, its labels) or is part of a
+    collection of images, which it would break, or it holds images of its own that it
+    would delete. ``parents``: the nodes above ``target``, nearest first; the walk stops at
+    the first that is not a zarr group. ``below``: the zarr groups under ``target``."""
     v3 = read(target, "zarr.json")
     if read(target, ".zarray") is not None or (v3 or {}).get("node_type") == "array":
         return "is a zarr array"
     own = _ome_keys(v3, read(target, ".zattrs"))
-    for kind in ("plate", "well"):
-        if kind in own:
-            return f"is an HCS {kind}, whose images it would delete"
-    if "bioformats2raw.layout" in own:
-        return "is a bioformats2raw collection, whose images it would delete"
+    for key, collection in _COLLECTIONS.items():
+        if key in own:
+            return f"is {collection}, whose images it would delete"
+    if "multiscales" not in own:  # an image's own levels and label images go with it
+        for node in below:
+            if _ome_keys(read(node, "zarr.json"), read(node, ".zattrs")) & (
+                {"multiscales"} | set(_COLLECTIONS)
+            ):
+                return f"holds the OME-Zarr data at '{node}', which it would delete"
     for distance, parent in enumerate(parents, 1):
         v3 = read(parent, "zarr.json")
         v2 = read(parent, ".zattrs")
@@ -129,7 +145,27 @@ def replace_refusal(read: DocumentReader, target: str, parents: Iterable[str]) -
         if "plate" in keys and distance <= 2:
             # a plate's rows and wells hold its images; its fields (three down) are images
             return f"is a {('row', 'well')[distance - 1]} of the plate at '{parent}'"
+        if "bioformats2raw.layout" in keys and distance == 1 and "multiscales" not in own:
+            # its series are images; its other groups (OME) hold the acquisition metadata
+            return f"is part of the bioformats2raw collection at '{parent}'"
     return None
+
+
+def _local_groups_below(folder: str) -> Iterator[str]:
+    """The zarr groups under ``folder`` (arrays are not entered: below them lie chunks)."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False) or not is_zarr_store(entry.path):
+            continue
+        if os.path.isfile(os.path.join(entry.path, ".zarray")):
+            continue
+        if (local_document(entry.path, "zarr.json") or {}).get("node_type") == "array":
+            continue
+        yield entry.path
+        yield from _local_groups_below(entry.path)
 
 
 def _ome_keys(v3: dict[str, Any] | None, v2: dict[str, Any] | None) -> set[str]:
@@ -168,7 +204,12 @@ def check_replaceable(target: str, whole: bool = True) -> None:
             f"'{target}' exists and is not a zarr store (no zarr.json, .zgroup or .zattrs at "
             "its top level); refusing to replace it: choose another path or remove it yourself"
         )
-    reason = replace_refusal(local_document, target, _local_parents(target) if whole else ())
+    reason = replace_refusal(
+        local_document,
+        target,
+        _local_parents(target) if whole else (),
+        _local_groups_below(target) if whole else (),
+    )
     if reason:
         raise StoreExistsError(
             f"'{target}' {reason}; refusing to replace it: write the image to a path of its own"
@@ -261,10 +302,7 @@ def remove_stale_staging(parent: str, base: str) -> None:
     # more leading dot and one more writer)
     writer = r"(?:h[0-9a-f]{8}\.)?\d+-[0-9a-f]{8}" + re.escape(STAGING_SUFFIX)
     pattern = re.compile(
-        r"(\.+)"
-        + re.escape(f"{_stem(base)}.")
-        + f"({writer}(?:\\.{writer})*)"
-        + r"(\.old)?"
+        r"(\.+)" + re.escape(f"{_stem(base)}.") + f"({writer}(?:\\.{writer})*)" + r"(\.old)?"
     )
     with contextlib.suppress(OSError):
         for name in os.listdir(parent):

@@ -342,7 +342,8 @@ def _remote_group(
             raise StoreExistsError(f"'{where}' exists; pass overwrite=True to replace it")
         if existing == "zarr":
             read, target, parents = _store_nodes(store, path)
-            reason = replace_refusal(read, target, parents if whole else ())
+            below = _groups_below(store, path, target) if whole else []
+            reason = replace_refusal(read, target, parents if whole else (), below)
             if reason:
                 raise StoreExistsError(
                     f"'{where}' {reason}; refusing to replace it: write the image to a path "
@@ -353,6 +354,24 @@ def _remote_group(
         # not zarr's mode "w": it removes the path's prefix as a whole, which on an object
         # store also takes an object named like the store itself (a user's file, not ours)
         return zarr.open_group(store=store, path=path, mode="a", zarr_format=plan.zarr_format)
+
+
+def _groups_below(store: Any, path: str, target: str) -> list[str]:
+    """The nodes under ``path`` of ``store`` that hold metadata documents of their own,
+    named as :func:`_store_nodes` names ``path`` (``target``)."""
+    from zarr.core.sync import sync
+
+    prefix = f"{path}/" if path else ""
+
+    async def listed() -> list[str]:
+        return [k async for k in store.list_prefix(prefix)]
+
+    nodes = set()
+    for key in sync(listed()):
+        inner, _, name = key[len(prefix) :].rpartition("/")
+        if inner and name in ("zarr.json", ".zattrs", ".zgroup"):
+            nodes.add(f"{target}/{inner}" if target else inner)
+    return sorted(nodes)
 
 
 def _remove_objects_below(store: Any, path: str) -> None:

@@ -251,15 +251,80 @@ def test_overwrite_never_replaces_a_plate_its_rows_or_wells(tmp_path, where, par
         fs.rm(root.split("://")[1], recursive=True)
 
 
-def test_overwrite_never_replaces_a_bioformats2raw_collection(tmp_path):
+@pytest.mark.parametrize("part", ["", "OME"])
+def test_overwrite_never_replaces_a_bioformats2raw_collection_or_its_metadata(tmp_path, part):
+    """The collection holds its series, and its OME group the acquisition's OME-XML: an
+    image written over either deletes them. A series itself may be replaced."""
     root = tmp_path / "series.zarr"
     group = zarr.open_group(str(root), mode="w", zarr_format=2)
     group.attrs["bioformats2raw.layout"] = 3
+    group.require_group("OME").attrs["series"] = ["0"]
+    (root / "OME" / "METADATA.ome.xml").write_text("<OME/>")
     lg.write_ome_zarr(root / "0", volume(), levels=1, version="0.4")
     before = snapshot(tmp_path)
     with pytest.raises(lg.StoreExistsError, match="bioformats2raw"):
-        lg.write_ome_zarr(root, volume(), overwrite=True, levels=1, version="0.4")
+        lg.write_ome_zarr(root / part, volume(), overwrite=True, levels=1, version="0.4")
     assert snapshot(tmp_path) == before
+    lg.write_ome_zarr(root / "0", volume() + 1, overwrite=True, levels=1, version="0.4")
+    assert (root / "OME" / "METADATA.ome.xml").read_text() == "<OME/>"
+
+
+def test_overwrite_never_replaces_an_ngff_scene(tmp_path):
+    root = tmp_path / "scene.ome.zarr"
+    zarr.open_group(str(root), mode="w", zarr_format=3)
+    for k in range(2):
+        lg.write_ome_zarr(root / f"tile{k}", volume(), version="0.6", levels=1)
+    group = zarr.open_group(str(root), mode="r+")
+    axes = [{"name": a, "type": "space"} for a in "zyx"]
+    placements = [
+        {
+            "type": "translation",
+            "translation": [0, 0, 100 * k],
+            "input": {"path": f"tile{k}", "name": "physical"},
+            "output": {"name": "world"},
+        }
+        for k in range(2)
+    ]
+    group.attrs["ome"] = {
+        "version": "0.6",
+        "scene": {
+            "coordinateSystems": [{"name": "world", "axes": axes}],
+            "coordinateTransformations": placements,
+        },
+    }
+    assert sorted(lg.open_ome_zarr(root)) == ["tile0", "tile1"]
+    before = snapshot(tmp_path)
+    with pytest.raises(lg.StoreExistsError, match="NGFF scene"):
+        lg.write_ome_zarr(root, volume(), overwrite=True, levels=1)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_overwrite_never_replaces_a_group_holding_images(tmp_path, where):
+    """A zarr group that is no image but holds images (a path one folder short): an image
+    written over it would delete them. A group holding arrays only is still replaced."""
+    import fsspec
+
+    if where == "local":
+        root = str(tmp_path / "experiment.zarr")
+        listing = lambda: snapshot(tmp_path)  # noqa: E731
+    else:
+        root = f"memory://experiment-{os.getpid()}"
+        fs = fsspec.filesystem("memory")
+        listing = lambda: {k: fs.cat(k) for k in fs.find(root.split("://")[1])}  # noqa: E731
+    group = zarr.open_group(root, mode="w", zarr_format=3)
+    group.require_group("batch1")
+    lg.write_ome_zarr(f"{root}/batch1/sample.ome.zarr", volume(), levels=1)
+    before = listing()
+    with pytest.raises(lg.StoreExistsError, match="holds the OME-Zarr data at .*sample"):
+        lg.write_ome_zarr(root, volume(), overwrite=True, levels=1)
+    assert listing() == before
+    arrays_only = f"{root}/arrays"
+    zarr.open_group(arrays_only, mode="w").create_array("raw", shape=(4,), dtype="u1")
+    img = lg.write_ome_zarr(arrays_only, volume(), overwrite=True, levels=1)
+    np.testing.assert_array_equal(img[0][...], volume())
+    if where == "memory":
+        fs.rm(root.split("://")[1], recursive=True)
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])
