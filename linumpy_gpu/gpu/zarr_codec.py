@@ -30,6 +30,7 @@ from zarr.codecs import BloscCodec, ZstdCodec
 
 from linumpy_gpu.codecs import ByteCodec, blosc, decode_chain, lz4
 from linumpy_gpu.errors import ChunkDecodeError, CodecError
+from linumpy_gpu.gpu.deps import require_gpu
 from linumpy_gpu.gpu.nvcomp import streams
 from linumpy_gpu.gpu.nvcomp.zstd import SLOT_ALIGN, codec_for_current_device, round_up
 from linumpy_gpu.gpu.staging import download_spans
@@ -139,6 +140,9 @@ class _GpuDecode:
     codec_id = "zstd"
 
     def _decode_batch(self, items: list[tuple[Any, Any]]) -> list[Any]:
+        # a codec made where no GPU is (zarr makes codecs as it reads metadata) says what
+        # is missing when it is first used, not with an import error from inside zarr
+        require_gpu()
         out: list[Any] = [None] * len(items)
         groups: dict[int, list[int]] = {}
         for i, (buf, spec) in enumerate(items):
@@ -175,6 +179,7 @@ class NvcompZstdCodec(_GpuDecode, ZstdCodec):
     """zarr's zstd codec with nvCOMP batched decode/encode on the current cupy device."""
 
     def _encode_batch(self, items: list[tuple[Any, Any]]) -> list[Any]:
+        require_gpu()
         import cupy
 
         out: list[Any] = [None] * len(items)
@@ -239,8 +244,6 @@ def gpu_zstd_config(batch_size: int = 1024, concurrency: int = 64) -> dict[str, 
     stack is not there: the config names codecs and buffers that only it provides, and
     zarr would refuse every read under it."""
     if not _registered:
-        from linumpy_gpu.gpu.deps import require_gpu
-
         require_gpu()
     return {
         "buffer": "zarr.buffer.gpu.Buffer",

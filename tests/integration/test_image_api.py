@@ -184,6 +184,40 @@ def test_gpu_objects_without_gpu_name_what_is_missing(sample):
             gpu.GDSStore(sample)
 
 
+@pytest.mark.skipif(gpu_available(), reason="checks the behaviour where no GPU stack is present")
+@pytest.mark.parametrize("codec", ["NvcompZstdCodec", "NvcompBloscCodec"])
+def test_gpu_codecs_used_without_gpu_name_what_is_missing(tmp_path, codec):
+    """zarr makes codecs as it reads metadata, so the GPU codecs can be made anywhere; their
+    first encode or decode says what is missing, not an import error from inside zarr."""
+    import linumpy_gpu.gpu as gpu
+
+    data = np.arange(100, dtype="u2").reshape(10, 10)
+    path = str(tmp_path / "a.zarr")
+    made = getattr(gpu, codec)()
+    if codec == "NvcompZstdCodec":
+        array = zarr.create_array(
+            path, shape=(10, 10), chunks=(5, 5), dtype="u2", compressors=[made]
+        )
+        with pytest.raises(lg.GpuUnavailableError, match="cupy"):
+            array[...] = data
+    zarr.create_array(path, data=data, chunks=(5, 5), overwrite=True)
+    chunk = zarr.open_array(path).store  # decode one stored chunk through the GPU codec
+    from zarr.core.array_spec import ArrayConfig, ArraySpec
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    raw = sync(chunk.get("c/0/0", default_buffer_prototype()))
+    spec = ArraySpec(
+        shape=(5, 5),
+        dtype=zarr.open_array(path).metadata.data_type,
+        fill_value=0,
+        config=ArrayConfig.from_dict({}),
+        prototype=default_buffer_prototype(),
+    )
+    with pytest.raises(lg.GpuUnavailableError, match="cupy"):
+        sync(made.decode([(raw, spec)]))
+
+
 def test_import_does_not_import_gpu_libraries():
     code = (
         "import sys, linumpy_gpu, linumpy_gpu.gpu; "
