@@ -413,11 +413,43 @@ def check_write_bounds(region: Any, shape: tuple[int, ...]) -> None:
                     )
 
 
+def _check_integers_exact_as(block: Any, src: np.dtype, dtype: np.dtype, name: str) -> None:
+    """Refuse integers that the float ``dtype`` does not hold exactly (rounded, or beyond
+    its range): object ids and counts must read back as written."""
+    if not bool(getattr(block, "size", 1)):
+        return
+    exact_below = 2 ** (np.finfo(dtype).nmant + 1)  # every integer up to this is exact
+    low, high = int(block.min()), int(block.max())
+    if -exact_below <= low and high <= exact_below:
+        return  # the common case, without a copy of the block
+    beyond = block[(block > exact_below) | (block < -exact_below)]
+    converted = beyond.astype(dtype)
+    info = np.iinfo(src)
+    # a float at the end of the source's range may lie past it (2**63 for int64)
+    inside = (converted >= float(info.min)) & (converted < float(info.max) + 1.0)
+    exact = bool(inside.all()) and bool((converted.astype(src) == beyond).all())
+    if not exact:
+        raise WriteError(
+            f"{name}: integers beyond {exact_below} (values {low}..{high}) would be rounded "
+            f"as {dtype}; store them in an integer array, or convert them first "
+            f"(block.astype({str(dtype)!r})) if rounding is acceptable"
+        )
+
+
 def check_castable(block: Any, dtype: np.dtype, name: str) -> None:
     """Refuse a block whose values cannot be stored as ``dtype`` without changing: floats
-    into integers, and integers outside the target's range (checked by value)."""
+    into integers, integers outside the target's range, and integers a float target
+    would round (checked by value)."""
     src = np.dtype(block.dtype)
-    if src == dtype or np.can_cast(src, dtype, "safe"):
+    if src == dtype:
+        return
+    if src.kind in "biu" and dtype.kind == "f":
+        # numpy counts int64 -> float64 as safe, yet it rounds integers beyond 2**53
+        magnitude_bits = 1 if src.kind == "b" else src.itemsize * 8 - (src.kind == "i")
+        if magnitude_bits > np.finfo(dtype).nmant + 1:
+            _check_integers_exact_as(block, src, dtype, name)
+        return
+    if np.can_cast(src, dtype, "safe"):
         return
     if src.kind == "f" and dtype.kind == "f":
         # a narrower float rounds, as numpy's assignment does; finite values from half a

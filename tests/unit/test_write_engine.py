@@ -277,3 +277,45 @@ def test_a_shard_written_in_parts_that_fails_leaves_the_old_file(tmp_path, monke
     assert {p: p.read_bytes() for p in (tmp_path / "a.zarr").rglob("c/*/*/*")} == before
     assert not list((tmp_path / "a.zarr").rglob("*.partial"))
     np.testing.assert_array_equal(array[...], old)
+
+
+@pytest.mark.parametrize(
+    ("target", "values", "kept"),
+    [
+        ("f8", np.array([2**53 + 1, 7], "i8"), False),  # rounds to 2**53
+        ("f8", np.array([2**63 - 1], "i8"), False),  # rounds past int64 to 2**63
+        ("f8", np.array([2**64 - 1], "u8"), False),
+        ("f8", np.array([2**60, -(2**53), 3], "i8"), True),  # exact however large
+        ("f4", np.array([2**24 + 1], "i4"), False),
+        ("f4", np.array([2**25, -(2**24), 0], "i4"), True),
+        ("f2", np.array([65519], "u4"), False),  # beyond float16's largest (65504)
+        ("f2", np.array([True, False]), True),
+        ("f4", 0, True),  # a Python int that float32 holds
+        ("f4", 2**24 + 1, False),
+    ],
+)
+def test_integers_written_into_a_float_array_are_kept_exactly_or_refused(
+    tmp_path, target, values, kept
+):
+    """numpy casts int64 to float64 as 'safe', yet rounds integers beyond 2**53: a region
+    write stores integers into a float array only where each reads back as written."""
+    from linumpy_gpu.engine import writer
+
+    array = zarr.create_array(str(tmp_path / "a.zarr"), shape=(4,), chunks=(4,), dtype=target)
+    engine = writer.ChunkedArrayWriter(array, lg.backends.CpuBackend())
+    size = np.size(values)
+    region = slice(0, size) if np.ndim(values) else slice(0, 1)
+    if kept:
+        engine.write(region, values if np.ndim(values) else np.asarray([values]))
+        stored = array[region]
+        assert [int(v) for v in stored] == [int(v) for v in np.atleast_1d(values)]
+    else:
+        with pytest.raises(lg.WriteError, match="would be rounded"):
+            engine.write(region, values if np.ndim(values) else np.asarray([values]))
+        assert not array[...].any()
+    if not np.ndim(values):  # the scalar form: img[0][0] = value
+        if kept:
+            engine.write(slice(1, 2), values)
+        else:
+            with pytest.raises(lg.WriteError, match="would be rounded"):
+                engine.write(slice(1, 2), values)
