@@ -350,6 +350,7 @@ class ChunkedArrayWriter:
     def _local_path(self, key: str) -> str:
         """The file of ``key`` in the local store, its folder made (and cleared of what an
         earlier write of it, killed midway, left there)."""
+        assert self._root is not None  # a local store's writer
         path = os.path.join(os.fspath(self._root), *key.split("/"))
         folder = os.path.dirname(path)
         if folder not in self._made_dirs:

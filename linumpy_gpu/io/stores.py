@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -83,10 +84,31 @@ _PROTOCOL_ALIASES = {"s3a": "s3", "gcs": "gs", "abfs": "az"}
 def local_path(path: str) -> str | None:
     """The absolute folder a local spelling names (a path, ``~/x``, ``file://``,
     ``local://``, in any case), or None for a URL of another protocol."""
+    if "\0" in path:
+        raise InvalidArgumentError(f"store paths cannot hold a NUL character, got {path!r}")
     protocol, rest = split_protocol(path)
-    if protocol is None or protocol in _LOCAL_PROTOCOLS:
+    if protocol is None:
+        scheme = _ONE_SLASH_URL.match(path)
+        if scheme is not None:
+            # a folder named "s3:" is never what was meant
+            name = scheme.group(1)
+            # file:/x means the local /x (file:///x); s3:/bucket means s3://bucket
+            rest = path[scheme.end() - (name.lower() in _LOCAL_PROTOCOLS) :]
+            raise InvalidArgumentError(
+                f"'{path}' looks like a URL with one slash after '{name}:'; did you mean "
+                f"'{name}://{rest}'? (a local folder of that name: './{path}')"
+            )
+        return absolute(rest)
+    if protocol in _LOCAL_PROTOCOLS:
+        if rest.startswith("localhost/"):  # file://localhost/x is /x (RFC 8089)
+            rest = rest[len("localhost") :]
         return absolute(rest)
     return None
+
+
+# "s3:/bucket/x", "file:/data/x": a protocol and one slash (two letters at least, so a
+# drive letter is not taken for one)
+_ONE_SLASH_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):/(?!/)")
 
 
 def absolute(path: str) -> str:
@@ -143,16 +165,16 @@ def locate(
         if not isinstance(text, str):
             raise InvalidArgumentError(f"store paths must be text, got {path!r}")
         protocol, rest = split_protocol(text)
-        if protocol in _LOCAL_PROTOCOLS:
-            text, protocol = rest, None
-        if protocol is None:
+        folder = local_path(text)
+        if folder is not None:
             if storage_options:
                 # most often a URL whose scheme was left out: never write it locally
                 raise InvalidArgumentError(
                     f"storage_options apply to URLs (s3://..., gs://...), and '{text}' is a "
                     "local path: give the URL with its scheme, or leave storage_options out"
                 )
-            return _local(text, read_only, must_exist)
+            return _local(folder, read_only, must_exist)
+        assert protocol is not None  # local_path answers every path without one
         if storage_options is not None and not isinstance(storage_options, dict):
             raise InvalidArgumentError("storage_options must be a dict")
         if "::" in text and not read_only:
@@ -200,8 +222,6 @@ def locate(
 def _local(text: str, read_only: bool, must_exist: bool) -> StoreLocation:
     import zarr
 
-    if "\0" in text:
-        raise InvalidArgumentError(f"store paths cannot hold a NUL character, got {text!r}")
     where = absolute(text)
     if must_exist and not os.path.exists(where):
         raise StoreNotFoundError(f"no such file or directory: '{where}'")

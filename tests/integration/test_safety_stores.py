@@ -485,6 +485,30 @@ def test_file_url_is_a_local_path(tmp_path):
     assert (tmp_path / "f.zarr" / "zarr.json").is_file()
 
 
+def test_file_url_with_localhost_is_the_local_path(tmp_path):
+    img = lg.write_ome_zarr(f"file://localhost{tmp_path}/f.zarr", volume(), device="cpu")
+    assert img.path == str(tmp_path / "f.zarr")
+    assert lg.open_ome_zarr(f"FILE://localhost{tmp_path}/f.zarr").path == img.path
+
+
+@pytest.mark.parametrize(
+    ("path", "meant"),
+    [("s3:/bucket/x.zarr", "s3://bucket/x.zarr"), ("file:/data/x.zarr", "file:///data/x.zarr")],
+)
+def test_a_url_with_one_slash_is_refused_not_written_to_a_local_folder(
+    tmp_path, monkeypatch, path, meant
+):
+    """'s3:/bucket/x' is a mistyped URL, never a local folder named 's3:'."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(lg.InvalidArgumentError, match=f"did you mean '{meant}'"):
+        lg.write_ome_zarr(path, volume(), device="cpu")
+    with pytest.raises(lg.InvalidArgumentError, match="one slash"):
+        lg.open_ome_zarr(path)
+    assert list(tmp_path.iterdir()) == []
+    img = lg.write_ome_zarr(f"./{path}", volume(), device="cpu")  # a folder so named
+    assert img.path == str(tmp_path / path)
+
+
 def test_unreachable_url_is_a_remote_store_error():
     with pytest.raises(lg.RemoteStoreError, match="127.0.0.1:9") as info:
         lg.open_ome_zarr("http://127.0.0.1:9/x.ome.zarr")
