@@ -28,19 +28,26 @@ class Well:
         """The well's fields of view (their paths and acquisitions)."""
         return self.meta.images
 
-    def image(self, field: int = 0) -> MultiscaleImage:
-        """The multiscale image of field of view ``field`` (an index)."""
+    def image(self, field: int | str = 0) -> MultiscaleImage:
+        """The multiscale image of field of view ``field``: an index, or a field's path as
+        the well's metadata lists it."""
         n = len(self.meta.images)
+        paths = [ref.path for ref in self.meta.images]
+        if isinstance(field, str) and field in paths:
+            field = paths.index(field)
         if (
             not isinstance(field, int | np.integer)
             or isinstance(field, bool)
             or not -n <= field < n
         ):
-            raise NotFoundError(f"well '{self.path}' has no field {field!r}; it has {n} field(s)")
+            raise NotFoundError(
+                f"well '{self.path}' has no field {field!r}; it has {n} field(s), at paths "
+                f"{paths[:20]}"
+            )
         ref = self.meta.images[int(field)]
         return _open_child(self.group, ref.path, join(self.path, ref.path), self.backend)
 
-    def __getitem__(self, field: int) -> MultiscaleImage:
+    def __getitem__(self, field: int | str) -> MultiscaleImage:
         return self.image(field)
 
     def __len__(self) -> int:
@@ -93,7 +100,7 @@ class Plate:
         return self.well(row, column).image(field)
 
     def __getitem__(self, path: str) -> Well:
-        if path not in {w.path for w in self.meta.wells}:
+        if not isinstance(path, str) or path not in {w.path for w in self.meta.wells}:
             shown = [w.path for w in self.meta.wells[:20]]
             raise NotFoundError(f"plate '{self.path}' has no well {path!r}; it has {shown}")
         try:

@@ -251,6 +251,23 @@ def test_overwrite_never_replaces_a_plate_its_rows_or_wells(tmp_path, where, par
         fs.rm(root.split("://")[1], recursive=True)
 
 
+def test_plate_and_well_keys_of_the_wrong_kind_are_not_found_errors(tmp_path):
+    """A well by its path, a field by its index or its path; anything else is a typed
+    error naming what there is."""
+    root = str(tmp_path / "plate.zarr")
+    _plate(root, "0.5")
+    plate = lg.open_ome_zarr(root)
+    for key in (slice(0, 2), 0, ("A", "1"), "B/1"):
+        with pytest.raises(lg.NotFoundError, match="no well"):
+            plate[key]
+    well = plate["A/1"]
+    np.testing.assert_array_equal(well["1"][0][...], well[1][0][...])
+    assert well["0"].path == well[0].path == f"{root}/A/1/0"
+    for key in ("2", 2, slice(0, 1), True):
+        with pytest.raises(lg.NotFoundError, match=r"no field .* at paths \['0', '1'\]"):
+            well[key]
+
+
 @pytest.mark.parametrize("part", ["", "OME"])
 def test_overwrite_never_replaces_a_bioformats2raw_collection_or_its_metadata(tmp_path, part):
     """The collection holds its series, and its OME group the acquisition's OME-XML: an
