@@ -167,7 +167,11 @@ class ChunkedArrayWriter:
         # Files of batch k are written while batch k+1 is encoded (one batch in flight, so
         # host memory holds at most two batches of compressed bytes).
         with ThreadPoolExecutor(1, thread_name_prefix="linumpy-put") as putter:
-            if per_unit > self.batch_bytes and self._root is not None:
+            if (
+                layout.shard_shape is not None
+                and per_unit > self.batch_bytes
+                and self._root is not None
+            ):
                 # a shard larger than a batch: its file is written as its chunks are
                 # encoded, a batch at a time, so no shard is ever held whole
                 for shard in units:

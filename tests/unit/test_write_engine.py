@@ -238,6 +238,22 @@ def test_shards_larger_than_a_batch_are_written_as_they_encode(tmp_path, index_c
     assert not [f for f in files if f.endswith(".partial")]
 
 
+def test_chunks_larger_than_a_batch_are_written_whole(tmp_path):
+    """An unsharded chunk larger than the writer's batch is one file, written whole."""
+    from linumpy_gpu.engine import writer
+
+    array = zarr.create_array(
+        str(tmp_path / "a.zarr"), shape=(20, 36, 44), chunks=(16, 32, 32), dtype="u2"
+    )
+    engine = writer.ChunkedArrayWriter(array, lg.backends.CpuBackend(), batch_bytes=4096)
+    data = (np.arange(20 * 36 * 44) % 4093).astype("u2").reshape(20, 36, 44)
+    engine.write((slice(None),) * 3, data)
+    np.testing.assert_array_equal(array[...], data)
+    engine.write((slice(1, 3), slice(2, 5), slice(40, 44)), np.full((2, 3, 4), 7, "u2"))
+    data[1:3, 2:5, 40:44] = 7
+    np.testing.assert_array_equal(array[...], data)
+
+
 def test_a_shard_written_in_parts_that_fails_leaves_the_old_file(tmp_path, monkeypatch):
     """Disk full while a shard is appended part by part: the shard's previous file stays
     as it was (the new one lives under a temporary name until it is whole), nothing
