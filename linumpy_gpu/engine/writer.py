@@ -427,16 +427,22 @@ def _check_integers_exact_as(block: Any, src: np.dtype, dtype: np.dtype, name: s
     low, high = int(block.min()), int(block.max())
     if -exact_below <= low and high <= exact_below:
         return  # the common case, without a copy of the block
-    beyond = block[(block > exact_below) | (block < -exact_below)]
-    converted = beyond.astype(dtype)
+    # (unsigned blocks are not compared with a negative bound: cupy may refuse it)
+    far = (block > exact_below) | (block < -exact_below) if src.kind == "i" else block > exact_below
+    beyond = block[far]
     info = np.iinfo(src)
-    # a float at the end of the source's range may lie past it (2**63 for int64)
-    inside = (converted >= float(info.min)) & (converted < float(info.max) + 1.0)
-    exact = bool(inside.all()) and bool((converted.astype(src) == beyond).all())
+    with np.errstate(over="ignore", invalid="ignore"):  # overflows are what is checked
+        converted = beyond.astype(dtype)
+        wide = converted.astype(np.float64)
+        # infinite, or at the end of the source's range and past it (2**63 for int64)
+        inside = (abs(wide) < float("inf")) & (wide >= float(info.min))
+        inside &= wide < float(info.max) + 1.0
+        exact = bool(inside.all()) and bool((converted.astype(src) == beyond).all())
     if not exact:
         raise WriteError(
-            f"{name}: integers beyond {exact_below} (values {low}..{high}) would be rounded "
-            f"as {dtype}; store them in an integer array, or convert them first "
+            f"{name}: integers beyond {exact_below} (values {low}..{high}) would not be "
+            f"stored exactly as {dtype} (rounded, or past its range); store them in an "
+            "integer array, or convert them first "
             f"(block.astype({str(dtype)!r})) if rounding is acceptable"
         )
 

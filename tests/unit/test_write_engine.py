@@ -306,10 +306,15 @@ def test_a_shard_written_in_parts_that_fails_leaves_the_old_file(tmp_path, monke
         ("f4", np.array([2**25, -(2**24), 0], "i4"), True),
         ("f2", np.array([65519], "u4"), False),  # beyond float16's largest (65504)
         ("f2", np.array([True, False]), True),
+        ("f2", np.array([np.iinfo("i4").min, 1], "i4"), False),  # -inf as float16
+        ("f2", np.array([np.iinfo("i8").min], "i8"), False),
+        ("f2", np.array([65504, 2048], "u2"), True),  # exact, float16's largest
+        ("f4", np.array([np.iinfo("i8").min], "i8"), True),  # -2**63 is a float
         ("f4", 0, True),  # a Python int that float32 holds
         ("f4", 2**24 + 1, False),
     ],
 )
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_integers_written_into_a_float_array_are_kept_exactly_or_refused(
     tmp_path, target, values, kept
 ):
@@ -326,12 +331,12 @@ def test_integers_written_into_a_float_array_are_kept_exactly_or_refused(
         stored = array[region]
         assert [int(v) for v in stored] == [int(v) for v in np.atleast_1d(values)]
     else:
-        with pytest.raises(lg.WriteError, match="would be rounded"):
+        with pytest.raises(lg.WriteError, match="would not be stored exactly"):
             engine.write(region, values if np.ndim(values) else np.asarray([values]))
         assert not array[...].any()
     if not np.ndim(values):  # the scalar form: img[0][0] = value
         if kept:
             engine.write(slice(1, 2), values)
         else:
-            with pytest.raises(lg.WriteError, match="would be rounded"):
+            with pytest.raises(lg.WriteError, match="would not be stored exactly"):
                 engine.write(slice(1, 2), values)
