@@ -152,19 +152,22 @@ def replace_refusal(
 
 
 def _local_groups_below(folder: str) -> Iterator[str]:
-    """The zarr groups under ``folder`` (arrays are not entered: below them lie chunks)."""
+    """The zarr groups under ``folder``, also below folders without zarr metadata (a
+    replacement would delete those too); arrays are not entered (below them lie chunks),
+    links not followed."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
         return
     for entry in entries:
-        if not entry.is_dir(follow_symlinks=False) or not is_zarr_store(entry.path):
+        if not entry.is_dir(follow_symlinks=False):
             continue
         if os.path.isfile(os.path.join(entry.path, ".zarray")):
             continue
         if (local_document(entry.path, "zarr.json") or {}).get("node_type") == "array":
             continue
-        yield entry.path
+        if is_zarr_store(entry.path):
+            yield entry.path
         yield from _local_groups_below(entry.path)
 
 
@@ -230,6 +233,11 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
     ``overwrite``, and ``whole`` as for :func:`check_replaceable`). If the block fails, the
     folder is removed and ``target`` is untouched."""
     parent, base = os.path.split(target)  # absolute already (io.stores.absolute)
+    if _is_own_build_folder(base) and os.path.isdir(target) and not os.listdir(target):
+        # already a fresh build folder of this process (convert builds its image in one):
+        # built in place; the build folder's own swap makes it appear whole
+        yield target
+        return
     staging = os.path.join(
         parent, f".{_stem(base)}.{_HOST}.{os.getpid()}-{uuid.uuid4().hex[:8]}{STAGING_SUFFIX}"
     )
@@ -271,6 +279,21 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
 _HOST = "h" + hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
 
 
+def _is_own_build_folder(name: str) -> bool:
+    """Whether ``name`` is that of a build folder this process made (:func:`built_beside`)."""
+    return (
+        name.startswith(".")
+        and re.search(
+            re.escape(f".{_HOST}.{os.getpid()}-")
+            + r"[0-9a-f]{8}"
+            + re.escape(STAGING_SUFFIX)
+            + "$",
+            name,
+        )
+        is not None
+    )
+
+
 def _stem(base: str) -> str:
     """``base`` as build folders name it: whole, or where it is so long that the folder's
     name would pass the file system's limit of 255 bytes, cut short and told apart by a
@@ -297,24 +320,20 @@ def remove_stale_staging(parent: str, base: str) -> None:
     their process was killed (named with the host and that process's id; left alone while
     the process lives, and always where another host wrote them)."""
     # (a swap without renameat2 parks the old store under the same name plus ".old"; names
-    # without a host are from versions that wrote none; a store built into a build folder
-    # of its own, as convert builds its image, leaves one named after that folder: one
-    # more leading dot and one more writer)
-    writer = r"(?:h[0-9a-f]{8}\.)?\d+-[0-9a-f]{8}" + re.escape(STAGING_SUFFIX)
+    # without a host are from versions that wrote none)
     pattern = re.compile(
-        r"(\.+)" + re.escape(f"{_stem(base)}.") + f"({writer}(?:\\.{writer})*)" + r"(\.old)?"
+        re.escape(f".{_stem(base)}.")
+        + r"(?:(h[0-9a-f]{8})\.)?(\d+)-[0-9a-f]{8}"
+        + re.escape(STAGING_SUFFIX)
+        + r"(\.old)?"
     )
     with contextlib.suppress(OSError):
         for name in os.listdir(parent):
             found = pattern.fullmatch(name)
-            if found is None:
+            if found is None or found.group(1) not in (None, _HOST):
                 continue
-            writers = re.findall(r"(?:(h[0-9a-f]{8})\.)?(\d+)-[0-9a-f]{8}", found.group(2))
-            if len(writers) != len(found.group(1)):
-                continue  # not a build folder of base (nor of one of its build folders)
-            if any(host not in ("", _HOST) or _process_alive(int(pid)) for host, pid in writers):
-                continue
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            if not _process_alive(int(found.group(2))):
+                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
 # Temporary files of :func:`replacing`: the file's name, then the host and process.

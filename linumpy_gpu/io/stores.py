@@ -100,8 +100,9 @@ def local_path(path: str) -> str | None:
             )
         return absolute(rest)
     if protocol in _LOCAL_PROTOCOLS:
-        if rest.startswith("localhost/"):  # file://localhost/x is /x (RFC 8089)
-            rest = rest[len("localhost") :]
+        host, slash, inner = rest.partition("/")
+        if host.lower() == "localhost":  # file://localhost/x is /x (RFC 8089)
+            rest = slash + inner or "/"
         return absolute(rest)
     return None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -342,7 +342,7 @@ def _remote_group(
             raise StoreExistsError(f"'{where}' exists; pass overwrite=True to replace it")
         if existing == "zarr":
             read, target, parents = _store_nodes(store, path)
-            below = _groups_below(store, path, target) if whole else []
+            below = _groups_below(store, path, target) if whole else iter(())
             reason = replace_refusal(read, target, parents if whole else (), below)
             if reason:
                 raise StoreExistsError(
@@ -356,9 +356,10 @@ def _remote_group(
         return zarr.open_group(store=store, path=path, mode="a", zarr_format=plan.zarr_format)
 
 
-def _groups_below(store: Any, path: str, target: str) -> list[str]:
+def _groups_below(store: Any, path: str, target: str) -> Iterator[str]:
     """The nodes under ``path`` of ``store`` that hold metadata documents of their own,
-    named as :func:`_store_nodes` names ``path`` (``target``)."""
+    named as :func:`_store_nodes` names ``path`` (``target``). Lazy: the store is listed
+    only where the caller looks (an image's own levels and labels are not looked at)."""
     from zarr.core.sync import sync
 
     prefix = f"{path}/" if path else ""
@@ -366,12 +367,12 @@ def _groups_below(store: Any, path: str, target: str) -> list[str]:
     async def listed() -> list[str]:
         return [k async for k in store.list_prefix(prefix)]
 
-    nodes = set()
+    seen = set()
     for key in sync(listed()):
         inner, _, name = key[len(prefix) :].rpartition("/")
-        if inner and name in ("zarr.json", ".zattrs", ".zgroup"):
-            nodes.add(f"{target}/{inner}" if target else inner)
-    return sorted(nodes)
+        if inner and inner not in seen and name in ("zarr.json", ".zattrs", ".zgroup"):
+            seen.add(inner)
+            yield f"{target}/{inner}" if target else inner
 
 
 def _remove_objects_below(store: Any, path: str) -> None:

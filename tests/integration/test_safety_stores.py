@@ -402,23 +402,26 @@ def test_killed_write_leaves_the_old_store_and_the_next_write_cleans_up(store, t
     assert sorted(p.name for p in tmp_path.iterdir()) == [store.name]  # ... the next write does
 
 
-def test_build_folders_left_by_a_killed_convert_are_removed_by_the_next_write(store, tmp_path):
-    """convert builds its image in a build folder, and the image's write builds one beside
-    that: a killed convert leaves both, and the next write of the destination removes both
-    (not those of a live process, another host, or another destination)."""
+def test_convert_builds_its_image_in_one_build_folder(store, tmp_path, monkeypatch):
+    """convert builds the destination in a build folder beside it, and the image's write
+    builds in place there (no build folder inside a build folder, which a killed convert
+    would leave under a name no later write recognises)."""
+    from linumpy_gpu.cli import main
     from linumpy_gpu.io import files
 
-    dead = 2**22 + 12345  # above Linux's largest process id: no such process here
-    outer = f".{store.name}.{files._HOST}.{dead}-0123abcd.linumpy-gpu-partial"
-    inner = f".{outer}.{files._HOST}.{dead}-4567abcd.linumpy-gpu-partial"
-    live = f".{outer}.{files._HOST}.{os.getpid()}-89abcdef.linumpy-gpu-partial"
-    foreign = f".{outer}.h00000000.{dead}-89abcdef.linumpy-gpu-partial"
-    other = f"..other.zarr.{files._HOST}.{dead}-0123abcd.linumpy-gpu-partial"
-    for name in (outer, inner, live, foreign, other):
-        (tmp_path / name).mkdir()
-    (tmp_path / inner / "zarr.json").write_text("{}")
-    lg.write_ome_zarr(store, volume(seed=9), overwrite=True, chunks=(8, 16, 16), device="cpu")
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([store.name, live, foreign, other])
+    made: list[str] = []
+    mkdir = os.mkdir
+
+    def spy(path, *args, **kwargs):
+        if os.fspath(path).endswith(files.STAGING_SUFFIX):
+            made.append(os.path.basename(os.fspath(path)))
+        return mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", spy)
+    assert main(["convert", str(store), str(tmp_path / "dst.zarr"), "--no-progress"]) == 0
+    assert len(set(made)) == 1 and made[0].startswith(".dst.zarr.")
+    np.testing.assert_array_equal(lg.open_ome_zarr(tmp_path / "dst.zarr")[0][...], volume())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["dst.zarr", store.name])
 
 
 def test_build_folders_of_other_hosts_are_left_alone(store, tmp_path):
@@ -505,7 +508,10 @@ def test_file_url_is_a_local_path(tmp_path):
 def test_file_url_with_localhost_is_the_local_path(tmp_path):
     img = lg.write_ome_zarr(f"file://localhost{tmp_path}/f.zarr", volume(), device="cpu")
     assert img.path == str(tmp_path / "f.zarr")
-    assert lg.open_ome_zarr(f"FILE://localhost{tmp_path}/f.zarr").path == img.path
+    assert lg.open_ome_zarr(f"FILE://LocalHost{tmp_path}/f.zarr").path == img.path
+    from linumpy_gpu.io.stores import local_path
+
+    assert local_path("file://LOCALHOST") == "/"
 
 
 @pytest.mark.parametrize(
