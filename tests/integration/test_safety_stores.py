@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -194,6 +196,22 @@ def test_overwrite_never_replaces_a_part_of_another_store_on_an_object_store(par
     fs.rm(root.split("://")[1], recursive=True)
 
 
+def _place(tmp_path: Path, where: str, name: str) -> tuple[str, Any, Any]:
+    """A store's root on a local disk or in fsspec's memory file system, what lists its
+    contents (to compare before and after), and what removes it at the end."""
+    if where == "local":
+        return str(tmp_path / f"{name}.zarr"), lambda: snapshot(tmp_path), lambda: None
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    key = f"{name}-{os.getpid()}.zarr"
+    return (
+        f"memory://{key}",
+        lambda: {k: fs.cat(k) for k in fs.find(key)},
+        lambda: fs.rm(key, recursive=True),
+    )
+
+
 def _plate(root: str, version: str) -> None:
     """A one-row plate of two wells of two field images, as another writer lays it out."""
     group = zarr.open_group(root, mode="w", zarr_format=3 if version == "0.5" else 2)
@@ -224,15 +242,7 @@ def _plate(root: str, version: str) -> None:
 def test_overwrite_never_replaces_a_plate_its_rows_or_wells(tmp_path, where, part, version):
     """A plate, one of its rows or one of its wells holds field images: an image written
     over it would delete them. A field image itself may be replaced by an image."""
-    import fsspec
-
-    if where == "local":
-        root = str(tmp_path / "plate.zarr")
-        listing = lambda: snapshot(tmp_path)  # noqa: E731
-    else:
-        root = f"memory://plate-{os.getpid()}-{version}-{part.replace('/', '-')}"
-        fs = fsspec.filesystem("memory")
-        listing = lambda: {k: fs.cat(k) for k in fs.find(root.split("://")[1])}  # noqa: E731
+    root, listing, remove = _place(tmp_path, where, f"plate-{version}-{part.replace('/', '-')}")
     _plate(root, version)
     before = listing()
     target = f"{root}/{part}" if part else root
@@ -247,8 +257,7 @@ def test_overwrite_never_replaces_a_plate_its_rows_or_wells(tmp_path, where, par
     well = lg.open_ome_zarr(root)["A/2"]
     np.testing.assert_array_equal(well[0][0][...], volume())
     np.testing.assert_array_equal(well[1][0][...], volume() + 1)
-    if where == "memory":
-        fs.rm(root.split("://")[1], recursive=True)
+    remove()
 
 
 def test_plate_and_well_keys_of_the_wrong_kind_are_not_found_errors(tmp_path):
@@ -320,15 +329,7 @@ def test_overwrite_never_replaces_an_ngff_scene(tmp_path):
 def test_overwrite_never_replaces_a_group_holding_images(tmp_path, where):
     """A zarr group that is no image but holds images (a path one folder short): an image
     written over it would delete them. A group holding arrays only is still replaced."""
-    import fsspec
-
-    if where == "local":
-        root = str(tmp_path / "experiment.zarr")
-        listing = lambda: snapshot(tmp_path)  # noqa: E731
-    else:
-        root = f"memory://experiment-{os.getpid()}"
-        fs = fsspec.filesystem("memory")
-        listing = lambda: {k: fs.cat(k) for k in fs.find(root.split("://")[1])}  # noqa: E731
+    root, listing, remove = _place(tmp_path, where, "experiment")
     group = zarr.open_group(root, mode="w", zarr_format=3)
     group.require_group("batch1")
     lg.write_ome_zarr(f"{root}/batch1/sample.ome.zarr", volume(), levels=1)
@@ -340,8 +341,7 @@ def test_overwrite_never_replaces_a_group_holding_images(tmp_path, where):
     zarr.open_group(arrays_only, mode="w").create_array("raw", shape=(4,), dtype="u1")
     img = lg.write_ome_zarr(arrays_only, volume(), overwrite=True, levels=1)
     np.testing.assert_array_equal(img[0][...], volume())
-    if where == "memory":
-        fs.rm(root.split("://")[1], recursive=True)
+    remove()
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])
