@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from linumpy_gpu.backends.base import PLACED, Backend, ChunkSink, EncodedChunk, EncodedChunks
-from linumpy_gpu.codecs import decode_chain
+from linumpy_gpu.codecs import decode_chain, decode_chain_into, decodes_in_place
 from linumpy_gpu.core.assemble import chunk_array, place
 from linumpy_gpu.core.layout import ChunkFormat
 from linumpy_gpu.core.plan import ChunkPlan, ChunkTask
 from linumpy_gpu.errors import ChunkDecodeError, CodecError, OutputMismatchError
+
+# Decode buffers kept between reads (see _ScratchBuffers): a 4 MiB chunk per core on
+# machines of up to 16 cores.
+SCRATCH_KEEP_BYTES = 64 << 20
 
 
 class CpuBackend(Backend):
@@ -27,15 +31,14 @@ class CpuBackend(Backend):
 
     _pool: ThreadPoolExecutor | None = None
     _pool_lock = threading.Lock()
+    threads = os.cpu_count() or 2  # of the decode pool: one per core
 
     @classmethod
     def pool(cls) -> ThreadPoolExecutor:
         """The process's decode thread pool (one thread per core)."""
         with cls._pool_lock:
             if cls._pool is None:
-                cls._pool = ThreadPoolExecutor(
-                    os.cpu_count() or 2, thread_name_prefix="linumpy-decode"
-                )
+                cls._pool = ThreadPoolExecutor(cls.threads, thread_name_prefix="linumpy-decode")
             return cls._pool
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -111,8 +114,25 @@ class CpuBackend(Backend):
         placement: Any = None,
         sink: ChunkSink | None = None,
     ) -> list[Any]:
-        def one(i: int) -> Any:
+        """Chunks decoded by the calling thread and pool threads, each taking the next
+        chunk as it is free. Where ``sink`` places each chunk as it is decoded and the
+        codec decodes in place, a thread decodes every chunk it takes into one buffer of
+        its own: no buffer per chunk for the system to map and zero."""
+        in_place = sink is not None and decodes_in_place(fmt.codecs)
+        taken: list[np.ndarray] = []  # the threads' buffers, given back once all are done
+
+        def one(i: int, scratch: list[np.ndarray]) -> Any:
             key, data = chunks[i]
+            if in_place:
+                assert sink is not None
+                if not scratch:
+                    scratch.append(_scratch.take(fmt.nbytes))
+                    taken.append(scratch[0])
+                why = decode_chain_into(data, fmt.codecs, scratch[0])
+                if why is not None:
+                    return ChunkDecodeError(array, key, why)
+                sink(i, scratch[0])  # places the chunk before the buffer takes the next
+                return PLACED
             try:
                 raw = decode_chain(data, fmt.codecs, fmt.nbytes)
             except CodecError as exc:
@@ -122,15 +142,86 @@ class CpuBackend(Backend):
             sink(i, np.frombuffer(raw, dtype=np.uint8))
             return PLACED
 
-        if len(chunks) <= 1:
-            return [one(i) for i in range(len(chunks))]
-        return list(self.pool().map(one, range(len(chunks))))
+        try:
+            return self.run_each(one, len(chunks))
+        finally:
+            _scratch.give(taken)
+
+    def run_each(self, one: Callable[[int, list[Any]], Any], n: int) -> list[Any]:
+        """``[one(i, mine) for i in range(n)]``, run by the calling thread and as many pool
+        threads as help (``mine``: a list the running thread keeps from one call to the
+        next). Each thread takes the next ``i`` when it is done with one: a task per
+        thread rather than a future per item, and the caller works instead of waiting.
+        Stops handing out items once one raises; the first error is raised once every
+        thread is done."""
+        results: list[Any] = [None] * n
+        taken = iter(range(n))
+        lock = threading.Lock()
+        failed: list[BaseException] = []
+
+        def work() -> None:
+            mine: list[Any] = []
+            try:
+                while True:
+                    with lock:
+                        i = next(taken, None) if not failed else None
+                    if i is None:
+                        return
+                    results[i] = one(i, mine)
+            except BaseException as exc:
+                with lock:
+                    failed.append(exc)
+
+        # the caller is one of the threads: one per core in all
+        helpers = min(n, self.threads) - 1
+        futures = [self.pool().submit(work) for _ in range(helpers)]
+        work()
+        for future in futures:
+            future.result()
+        if failed:
+            raise failed[0]
+        return results
+
+
+class _ScratchBuffers:
+    """Decode buffers (one per thread of a decode) kept for the next decode, up to
+    ``keep_bytes`` in all: a fresh buffer per decode is memory the system maps and zeroes
+    page by page, and unmaps again once it is freed, while every other thread waits."""
+
+    def __init__(self, keep_bytes: int = SCRATCH_KEEP_BYTES):
+        self.keep_bytes = keep_bytes
+        self._free: dict[int, list[np.ndarray]] = {}
+        self._kept = 0
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """A uint8 buffer of ``nbytes`` (one kept, where there is one of that size)."""
+        with self._lock:
+            free = self._free.get(nbytes)
+            if free:
+                self._kept -= nbytes
+                return free.pop()
+        return np.empty(nbytes, dtype=np.uint8)
+
+    def give(self, buffers: Sequence[np.ndarray]) -> None:
+        """Keep ``buffers`` for later decodes, as far as ``keep_bytes`` allows."""
+        with self._lock:
+            for buffer in buffers:
+                if self._kept + buffer.size <= self.keep_bytes:
+                    self._free.setdefault(buffer.size, []).append(buffer)
+                    self._kept += buffer.size
+
+
+_scratch = _ScratchBuffers()
 
 
 def _fresh_pool_after_fork() -> None:
     # a child made by fork holds the parent's pool without its threads: it starts its own
+    # (and its own buffers: the parent's lock may have been held by another thread)
+    global _scratch
     CpuBackend._pool = None
     CpuBackend._pool_lock = threading.Lock()
+    _scratch = _ScratchBuffers()
 
 
 os.register_at_fork(after_in_child=_fresh_pool_after_fork)

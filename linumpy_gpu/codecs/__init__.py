@@ -25,6 +25,7 @@ __all__ = [
     "CodecError",
     "decode_chain",
     "decode_chain_into",
+    "decodes_in_place",
     "from_numcodecs",
     "from_v3_codec",
 ]
@@ -89,6 +90,12 @@ _INTO: dict[str, Callable[[Any, np.ndarray], str | None]] = {
     "gzip": lambda data, out: deflate.decode_into(data, out, "gzip"),
     "zlib": lambda data, out: deflate.decode_into(data, out, "zlib"),
 }
+
+
+def decodes_in_place(codecs: Sequence[ByteCodec]) -> bool:
+    """Whether :func:`decode_chain_into` decodes ``codecs`` straight into its buffer (no
+    buffer of its own and no copy)."""
+    return len(codecs) == 1 and codecs[0].name in _INTO
 
 
 def decode_chain_into(data: Any, codecs: Sequence[ByteCodec], out: np.ndarray) -> str | None:
