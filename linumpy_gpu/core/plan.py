@@ -168,23 +168,22 @@ def chunk_plan(
     ]
     ndim = len(per_axis)
     counts = [len(a.chunk) for a in per_axis]
-    n = math.prod(counts)
-    columns = {f: np.empty((n, ndim), dtype=np.int64) for f in _FIELDS[:-1]}
+    # the five int64 columns of every chunk in one table, filled one axis at a time by
+    # broadcasting that axis's values over the grid (a few numpy calls per axis, whatever
+    # the number of chunks)
+    table = np.empty((5, *counts, ndim), dtype=np.int64)
     whole = np.ones(counts, dtype=bool)
     for axis, (a, sel) in enumerate(zip(per_axis, selection.axes, strict=True)):
         grid = [1] * ndim
         grid[axis] = counts[axis]
-        values = {
-            "coords": a.chunk,
-            "chunk_start": a.local_start,
-            "chunk_step": np.full(counts[axis], sel.step, dtype=np.int64),
-            "out_start": a.out_start,
-            "out_stop": a.out_stop,
-        }
-        for field, column in values.items():
-            columns[field][:, axis] = np.broadcast_to(column.reshape(grid), counts).ravel()
+        values = np.stack(
+            (a.chunk, a.local_start, np.full_like(a.chunk, sel.step), a.out_start, a.out_stop)
+        )
+        table[..., axis] = values.reshape(5, *grid)
         whole &= a.whole.reshape(grid)
-    return ChunkPlan(**columns, whole=whole.ravel())
+    n = math.prod(counts)
+    coords, chunk_start, chunk_step, out_start, out_stop = table.reshape(5, n, ndim)
+    return ChunkPlan(coords, chunk_start, chunk_step, out_start, out_stop, whole.reshape(n))
 
 
 def plan_chunks(
