@@ -29,6 +29,7 @@ from linumpy_gpu.core.selection import Selection, normalize_selection
 from linumpy_gpu.engine.batching import Placement, output_geometry, plan_batches
 from linumpy_gpu.engine.read_ahead import ReadAhead
 from linumpy_gpu.engine.sharding import (
+    InnerChunks,
     index_request_args,
     inner_chunks,
     inner_entries,
@@ -547,15 +548,19 @@ class ChunkedArrayReader:
         for first in range(0, n_shards, PINNED_SHARDS):
             if n_shards <= PINNED_SHARDS:
                 rows = np.arange(len(tasks))
+                group = chunks
             else:
                 in_group = (chunks.shard_of >= first) & (chunks.shard_of < first + PINNED_SHARDS)
                 rows = np.flatnonzero(in_group)
-            shard_keys = [
-                self._prefix + layout.storage_key(tuple(c))
-                for c in chunks.shards[first : first + PINNED_SHARDS].tolist()
-            ]
+                # the shards are sorted: those of this group are the next PINNED_SHARDS
+                group = InnerChunks(
+                    chunks.shards[first : first + PINNED_SHARDS],
+                    chunks.shard_of[rows] - first,
+                    chunks.local[rows],
+                )
+            shard_keys = self._shard_keys(group.shards)
             with self._pinned(shard_keys) as pins:
-                inner = self._inner_chunks(tasks.coords[rows], pins)
+                inner = self._inner_chunks(group, shard_keys, pins)
                 blobs, runs = self._fetch_runs(inner, allocate, pins)
             for i, key in zip(rows.tolist(), inner.keys, strict=True):
                 keys[i] = key
@@ -605,16 +610,18 @@ class ChunkedArrayReader:
         hint = int((runs.stop - runs.start).sum()) // max(1, len(merged))
         return self.source.fetch(merged, allocate, hint), runs
 
-    def _inner_chunks(self, coords: np.ndarray, pins: dict[str, Any] | None) -> _InnerChunks:
-        """Where each chunk at grid ``coords`` lies in its shard (the shard indexes read
-        through ``pins``, the shards' open handles, and cached while a shard is unchanged;
-        without pins, the cached indexes as they are: for hints only)."""
+    def _shard_keys(self, shards: np.ndarray) -> list[str]:
+        """The store keys of the shards at grid coordinates ``shards`` (n, ndim)."""
+        return [self._prefix + self.layout.storage_key(tuple(c)) for c in shards.tolist()]
+
+    def _inner_chunks(
+        self, chunks: InnerChunks, shard_keys: list[str], pins: dict[str, Any] | None
+    ) -> _InnerChunks:
+        """Where each of ``chunks`` lies in its shard (``shard_keys``: the shards' keys; the
+        shard indexes read through ``pins``, the shards' open handles, and cached while a
+        shard is unchanged; without pins, the cached indexes as they are: for hints only)."""
         fmt = self.layout.shard_index
         assert fmt is not None, "only sharded arrays have shard indexes"
-        chunks = inner_chunks(coords, fmt)
-        shard_keys = [
-            self._prefix + self.layout.storage_key(tuple(c)) for c in chunks.shards.tolist()
-        ]
         indexes = self._shard_indexes(shard_keys, pins)
         parsed = [indexes[k][1] for k in shard_keys]
         entries, present = inner_entries(
@@ -653,7 +660,9 @@ class ChunkedArrayReader:
             return [
                 ByteRequest(self._prefix + self.layout.storage_key(c)) for c in tasks.coord_tuples()
             ]
-        inner = self._inner_chunks(tasks.coords, None)
+        fmt = self.layout.shard_index
+        chunks = inner_chunks(tasks.coords, fmt)
+        inner = self._inner_chunks(chunks, self._shard_keys(chunks.shards), None)
         runs = merge_ranges(inner.shard_of, inner.offsets, inner.lengths)
         return [
             ByteRequest(inner.shard_keys[k], a, b - a)

@@ -51,6 +51,8 @@ def inner_chunks(coords: np.ndarray, fmt: ShardIndexFormat) -> InnerChunks:
     shard_grid, local = np.divmod(coords, per_shard)
     if not len(coords):
         return InnerChunks(shard_grid, np.empty(0, dtype=np.intp), local)
+    if (shard_grid == shard_grid[0]).all():  # one shard (a small read): nothing to sort
+        return InnerChunks(shard_grid[:1].copy(), np.zeros(len(coords), dtype=np.intp), local)
     grid = tuple(int(n) for n in shard_grid.max(axis=0) + 1)
     flat, shard_of = np.unique(np.ravel_multi_index(tuple(shard_grid.T), grid), return_inverse=True)
     shards = np.stack(np.unravel_index(flat, grid), axis=1).astype(np.int64)
@@ -69,11 +71,15 @@ def inner_entries(
         flat = np.ravel_multi_index(tuple(chunks.local.T), fmt.inner_per_shard)
     else:
         flat = np.zeros(n, dtype=np.intp)
-    order = np.argsort(chunks.shard_of, kind="stable")
-    bounds = np.searchsorted(chunks.shard_of[order], np.arange(len(indexes) + 1))
-    for s, index in enumerate(indexes):
-        if index is not None:
-            rows = order[bounds[s] : bounds[s + 1]]
-            entries[rows] = index.reshape(-1, 2)[flat[rows]]
+    if len(indexes) == 1:  # one shard: every chunk is in it
+        if indexes[0] is not None:
+            entries[:] = indexes[0].reshape(-1, 2)[flat]
+    else:
+        order = np.argsort(chunks.shard_of, kind="stable")
+        bounds = np.searchsorted(chunks.shard_of[order], np.arange(len(indexes) + 1))
+        for s, index in enumerate(indexes):
+            if index is not None:
+                rows = order[bounds[s] : bounds[s + 1]]
+                entries[rows] = index.reshape(-1, 2)[flat[rows]]
     present = ~((entries[:, 0] == MISSING) & (entries[:, 1] == MISSING))
     return entries, present
