@@ -129,23 +129,32 @@ class _AxisChunks(NamedTuple):
 
 
 def _axis_chunks(sel: AxisSelection, chunk: int, size: int) -> _AxisChunks:
-    if sel.count == 0:
-        none = np.empty(0, dtype=np.int64)
-        return _AxisChunks(none, none, none, none, np.empty(0, dtype=bool))
+    # chunk by touched chunk, in Python integers: one pass per chunk the axis touches (a
+    # strided selection's skipped chunks are never visited), which the plan holds anyway,
+    # and no numpy call per step (small reads plan a few chunks per axis)
     start, step, count = sel.start, sel.step, sel.count
-    last = start + (count - 1) * step
-    # every chunk from the first to the last touched; a strided selection may step over some
-    c = np.arange(start // chunk, last // chunk + 1, dtype=np.int64)
-    lo = c * chunk
-    hi = np.minimum(lo + chunk, size)
-    k0 = np.maximum(0, -((start - lo) // step))
-    k1 = np.minimum(count - 1, (hi - 1 - start) // step)
-    keep = k0 <= k1
-    c, lo, hi, k0, k1 = c[keep], lo[keep], hi[keep], k0[keep], k1[keep]
-    local_start = start + k0 * step - lo
-    local_stop = start + k1 * step - lo + 1
-    whole = (step == 1) & (local_start == 0) & (local_stop == hi - lo)
-    return _AxisChunks(c, local_start, k0, k1 + 1, whole)
+    chunks: list[int] = []
+    local_starts: list[int] = []
+    out_starts: list[int] = []
+    out_stops: list[int] = []
+    whole: list[bool] = []
+    k = 0  # the first selected element not yet placed
+    while k < count:
+        first = start + k * step
+        c = first // chunk
+        lo = c * chunk
+        hi = min(lo + chunk, size)
+        last = min(count - 1, (hi - 1 - start) // step)  # the last selected element in it
+        chunks.append(c)
+        local_starts.append(first - lo)
+        out_starts.append(k)
+        out_stops.append(last + 1)
+        whole.append(step == 1 and first == lo and start + last * step + 1 == hi)
+        k = last + 1
+    c_, local_start, out_start, out_stop = np.array(
+        (chunks, local_starts, out_starts, out_stops), dtype=np.int64
+    ).reshape(4, len(chunks))
+    return _AxisChunks(c_, local_start, out_start, out_stop, np.array(whole, dtype=bool))
 
 
 def axis_spans(sel: AxisSelection, chunk: int, size: int) -> list[tuple[int, slice, slice, bool]]:
