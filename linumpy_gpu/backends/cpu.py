@@ -177,7 +177,10 @@ class CpuBackend(Backend):
         futures = [self.pool().submit(work) for _ in range(helpers)]
         work()
         for future in futures:
-            future.result()
+            # every item is taken: a helper still queued has nothing left to do (and a
+            # caller that is itself a pool thread must not wait for a thread it holds)
+            if not future.cancel():
+                future.result()
         if failed:
             raise failed[0]
         return results

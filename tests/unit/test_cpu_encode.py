@@ -31,3 +31,20 @@ def test_many_regions_encode_in_order_on_the_pool():
     decoded = [np.frombuffer(Zstd().decode(f), dtype="u2").reshape(8, 8) for f in frames]
     for region, chunk in zip(regions, decoded, strict=True):
         np.testing.assert_array_equal(chunk, data[region])
+
+
+def test_decodes_started_from_every_pool_thread_at_once_all_finish():
+    """A read may run on a pool thread (read_regions, dask): its decode hands chunks to
+    helper threads of the same pool, and must finish even when every pool thread is such
+    a caller (a queued helper is dropped once the caller has taken every chunk)."""
+    from linumpy_gpu.backends.cpu import CpuBackend
+
+    backend = CpuBackend()
+    pool = backend.pool()
+    futures = [
+        pool.submit(backend.run_each, lambda i, mine, k=k: i * k, 50)
+        for k in range(backend.threads * 3)
+    ]
+    assert [f.result() for f in futures] == [
+        [i * k for i in range(50)] for k in range(len(futures))
+    ]
