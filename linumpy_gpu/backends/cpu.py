@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -153,18 +153,20 @@ class CpuBackend(Backend):
         next). Each thread takes the next ``i`` when it is done with one: a task per
         thread rather than a future per item, and the caller works instead of waiting.
         Stops handing out items once one raises; the first error is raised once every
-        thread is done."""
+        thread is done. Nothing returns or raises while a helper still runs, even when
+        the caller is interrupted: helpers write into memory the caller gives back."""
         results: list[Any] = [None] * n
         taken = iter(range(n))
         lock = threading.Lock()
         failed: list[BaseException] = []
+        stopped = [False]
 
         def work() -> None:
             mine: list[Any] = []
             try:
                 while True:
                     with lock:
-                        i = next(taken, None) if not failed else None
+                        i = next(taken, None) if not (failed or stopped[0]) else None
                     if i is None:
                         return
                     results[i] = one(i, mine)
@@ -172,47 +174,89 @@ class CpuBackend(Backend):
                 with lock:
                     failed.append(exc)
 
+        def stop() -> None:
+            with lock:
+                stopped[0] = True
+
         # the caller is one of the threads: one per core in all
         helpers = min(n, self.threads) - 1
-        futures = [self.pool().submit(work) for _ in range(helpers)]
-        work()
-        for future in futures:
-            # every item is taken: a helper still queued has nothing left to do (and a
-            # caller that is itself a pool thread must not wait for a thread it holds)
-            if not future.cancel():
-                future.result()
+        futures: list[Future[None]] = []
+        try:
+            for _ in range(helpers):
+                futures.append(self.pool().submit(work))
+            work()
+        except BaseException:  # interrupted while handing out helpers: they take no more
+            stop()
+            raise
+        finally:
+            interrupted = _join(futures, stop)
+        if interrupted is not None:
+            raise interrupted
         if failed:
             raise failed[0]
         return results
 
 
+def _join(futures: Sequence[Future[None]], stop: Callable[[], None]) -> BaseException | None:
+    """Wait until none of ``futures`` runs (a queued one is dropped: every item is taken,
+    and a caller that is itself a pool thread must not wait for a thread it holds). An
+    interrupt while waiting stops the helpers taking more and is returned once they are
+    done, not raised while they still write."""
+    interrupted: BaseException | None = None
+    for future in futures:
+        if future.cancel():
+            continue
+        while True:
+            try:
+                future.result()
+                break
+            except BaseException as exc:  # work() keeps its own errors: an interrupt
+                stop()
+                interrupted = interrupted or exc
+    return interrupted
+
+
 class _ScratchBuffers:
     """Decode buffers (one per thread of a decode) kept for the next decode, up to
-    ``keep_bytes`` in all: a fresh buffer per decode is memory the system maps and zeroes
-    page by page, and unmaps again once it is freed, while every other thread waits."""
+    ``keep_bytes`` in all and one per decode thread of a size: a fresh buffer per decode
+    is memory the system maps and zeroes page by page, and unmaps again once it is freed,
+    while every other thread waits. The size used least recently goes first when a new
+    size needs the room."""
 
     def __init__(self, keep_bytes: int = SCRATCH_KEEP_BYTES):
         self.keep_bytes = keep_bytes
-        self._free: dict[int, list[np.ndarray]] = {}
+        self._free: dict[int, list[np.ndarray]] = {}  # by size, least recently used first
         self._kept = 0
         self._lock = threading.Lock()
 
     def take(self, nbytes: int) -> np.ndarray:
         """A uint8 buffer of ``nbytes`` (one kept, where there is one of that size)."""
         with self._lock:
-            free = self._free.get(nbytes)
-            if free:
-                self._kept -= nbytes
-                return free.pop()
+            free = self._free.pop(nbytes, None)
+            if free is not None:
+                self._free[nbytes] = free  # used most recently now
+                if free:
+                    self._kept -= nbytes
+                    return free.pop()
         return np.empty(nbytes, dtype=np.uint8)
 
     def give(self, buffers: Sequence[np.ndarray]) -> None:
-        """Keep ``buffers`` for later decodes, as far as ``keep_bytes`` allows."""
+        """Keep ``buffers`` for later decodes, as far as the bounds allow."""
         with self._lock:
             for buffer in buffers:
-                if self._kept + buffer.size <= self.keep_bytes:
-                    self._free.setdefault(buffer.size, []).append(buffer)
-                    self._kept += buffer.size
+                size = buffer.size
+                free = self._free.pop(size, [])
+                self._free[size] = free
+                if len(free) >= CpuBackend.threads or size > self.keep_bytes:
+                    continue
+                for other in list(self._free):
+                    if self._kept + size <= self.keep_bytes:
+                        break
+                    if other != size:
+                        self._kept -= other * len(self._free.pop(other))
+                if self._kept + size <= self.keep_bytes:
+                    free.append(buffer)
+                    self._kept += size
 
 
 _scratch = _ScratchBuffers()

@@ -4,6 +4,7 @@ chunks padded with the fill value."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from numcodecs import Zstd
 
 from linumpy_gpu.backends import CpuBackend
@@ -48,3 +49,65 @@ def test_decodes_started_from_every_pool_thread_at_once_all_finish():
     assert [f.result() for f in futures] == [
         [i * k for i in range(50)] for k in range(len(futures))
     ]
+
+
+def test_decode_buffers_kept_between_reads_stay_bounded_and_follow_the_sizes_in_use():
+    """At most the bound in all and one per decode thread of a size; a size in use takes
+    the room of the one used least recently."""
+    from linumpy_gpu.backends.cpu import CpuBackend, _ScratchBuffers
+
+    mib = 1 << 20
+    cache = _ScratchBuffers(keep_bytes=8 * mib)
+    old = [cache.take(3 * mib) for _ in range(2)]
+    cache.give(old)
+    assert cache._kept == 6 * mib
+    current = [cache.take(4 * mib) for _ in range(CpuBackend.threads + 1)]
+    cache.give(current)
+    assert cache._kept <= 8 * mib
+    assert 3 * mib not in cache._free or not cache._free[3 * mib]  # made room for 4 MiB
+    kept = cache._free[4 * mib]
+    assert 1 <= len(kept) <= CpuBackend.threads
+    last = kept[-1]
+    assert cache.take(4 * mib) is last  # reused, not made again
+    cache.give([cache.take(9 * mib)])  # larger than the bound: never kept
+    assert 9 * mib not in cache._free or not cache._free[9 * mib]
+    assert sum(size * len(bufs) for size, bufs in cache._free.items()) == cache._kept
+
+
+def test_an_interrupted_decode_returns_only_once_its_helpers_are_done():
+    """Helpers write into buffers the caller gives back and into the output: a caller
+    interrupted while handing out work (Ctrl-C) raises only once its helpers stopped."""
+    import threading
+    import time
+
+    from linumpy_gpu.backends.cpu import CpuBackend
+
+    started, starts, ends = threading.Event(), [], []
+    real_pool = CpuBackend.pool()
+
+    class InterruptedPool:
+        submitted = 0
+
+        def submit(self, fn):
+            self.submitted += 1
+            if self.submitted == 2:  # the first helper is decoding: Ctrl-C arrives
+                started.wait()
+                raise KeyboardInterrupt
+            return real_pool.submit(fn)
+
+    backend = CpuBackend()
+    backend.threads = 3
+    pool = InterruptedPool()
+    backend.pool = lambda: pool  # type: ignore[method-assign]
+
+    def one(i, mine):
+        starts.append(i)
+        started.set()
+        time.sleep(0.05)  # a chunk being decoded
+        ends.append(i)
+        return i
+
+    with pytest.raises(KeyboardInterrupt):
+        backend.run_each(one, 8)
+    assert starts and sorted(ends) == sorted(starts)  # nothing still running
+    assert len(starts) < 8  # and the helper took no more once interrupted
