@@ -798,7 +798,13 @@ def _convert_into(
     levels: int | list[tuple[int, ...]] = 1
     method = _pyramid_method(src)
     if not copy:
-        levels = _source_factors(src)[: n - 1] if n <= n_src else n
+        factors = _source_factors(src)
+        if n > n_src and factors:
+            # the source's own reductions (an anisotropic pyramid keeps z), then its last
+            levels = factors + [factors[-1]] * (n - n_src)
+            _note(f"levels beyond the source's are reduced by its last factors {factors[-1]}")
+        else:
+            levels = factors[: n - 1] if n <= n_src else n
         if not levels:
             levels = 1
     unit = _write_unit(src.levels[0].shape, chunks, shards)
@@ -862,6 +868,11 @@ def _convert_into(
         group.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
     for name, label, label_chunks, label_group, where in written:
         n_label = min(n, len(label.levels))
+        if len(label.levels) > n:
+            _note(
+                f"label image '{name}' has {len(label.levels)} levels; written with the "
+                f"image's {n}"
+            )
         if copy and n_label > 1:
             label_group.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
             _copy_levels(
@@ -1312,8 +1323,11 @@ def _finish_metadata(
             entry["metadata"] = dict(src.meta.metadata)
     else:
         entry = {**written, "axes": build.axes_block(src.axes)}
+    root_extra, block_extra, entry_extra = _source_extras(src, where)
+    entry = {**entry_extra, **entry}
+    block = {**block_extra, **block}
     for candidate in (entry, {**entry, "axes": written["axes"]}):
-        new = build.wrap(version, {**block, "multiscales": [candidate]})
+        new = {**root_extra, **build.wrap(version, {**block, "multiscales": [candidate]})}
         try:
             ome, declared = ngff.ome_block(new, zarr_format)
             with warnings.catch_warnings():
@@ -1329,6 +1343,49 @@ def _finish_metadata(
             continue
         group.attrs.put(new)
         return
+
+
+# Keys of an image's attributes that convert writes itself; the source's others are kept
+_MODELLED_KEYS = {"ome", "multiscales", "omero", "version", "_creator", "image-label"}
+_MODELLED_ENTRY_KEYS = {
+    "version",
+    "name",
+    "axes",
+    "datasets",
+    "coordinateTransformations",
+    "type",
+    "metadata",
+}
+
+
+def _source_extras(
+    src: MultiscaleImage, where: str
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """What the source's attributes hold beside what convert writes: user attributes at the
+    group's top level, other keys of its OME block (NGFF 0.5: inside ``ome``) and other
+    keys of its multiscales entry (``@type``, a lab's own), all carried over as they are.
+    Other multiscales entries are not (their datasets are not converted): a note says so."""
+    from linumpy_gpu import ngff
+
+    attrs = dict(src.group.attrs)
+    attrs.pop(INCOMPLETE_MARKER, None)
+    block, _ = ngff.ome_block(attrs, src.group.metadata.zarr_format)
+    nested = isinstance(attrs.get("ome"), dict)
+    root = {k: v for k, v in attrs.items() if k not in _MODELLED_KEYS}
+    inner = {k: v for k, v in block.items() if k not in _MODELLED_KEYS} if nested else {}
+    entries = block.get("multiscales")
+    entries = entries if isinstance(entries, list) else []
+    # convert opens the first multiscales entry
+    chosen = entries[0] if entries and isinstance(entries[0], dict) else {}
+    entry = {k: v for k, v in chosen.items() if k not in _MODELLED_ENTRY_KEYS}
+    if len(entries) > 1:
+        from linumpy_gpu.io.files import destination_of
+
+        _note(
+            f"{destination_of(where)}: the source lists {len(entries)} multiscales; only the "
+            "first is converted and written"
+        )
+    return root, inner, entry
 
 
 def _keep_source_omero(block: dict[str, Any], src: MultiscaleImage) -> None:

@@ -405,6 +405,42 @@ def test_convert_defaults_to_the_gpu_layout_and_carries_everything(image_path, t
     assert main(["validate", str(dst)]) == 0
 
 
+@pytest.mark.parametrize("source_version", ["0.4", "0.5"])
+@pytest.mark.parametrize("target_version", ["0.4", "0.5"])
+@pytest.mark.parametrize("pyramid", ["copy", "recompute"])
+def test_convert_keeps_the_attributes_it_does_not_model(
+    tmp_path, capsys, source_version, target_version, pyramid
+):
+    """A lab's own attributes beside the OME metadata, unknown keys of the OME block and
+    of the multiscales entry (ngff-zarr's @type) are carried over as they are; a second
+    multiscales entry, whose arrays are not converted, is named in a note."""
+    src = tmp_path / "src.zarr"
+    lg.write_ome_zarr(src, _volume((16, 32, 32)), axes="zyx", levels=2, version=source_version)
+    group = zarr.open_group(str(src), mode="r+")
+    attrs = dict(group.attrs)
+    acquisition = {"laser_nm": 488, "objective": "20x/0.8"}
+    block = attrs["ome"] if source_version == "0.5" else attrs
+    entry = dict(block["multiscales"][0])
+    block["multiscales"] = [{**entry, "@type": "ngff:Image", "lab": {"id": 7}}, entry]
+    block["lab_block_key"] = [1, 2]
+    attrs["acquisition"] = acquisition
+    group.attrs.put(attrs)
+    dst = tmp_path / "dst.zarr"
+    argv = ["convert", str(src), str(dst), "--version", target_version]
+    assert main([*argv, "--pyramid", pyramid, "--shards", "none"]) == 0
+    assert "lists 2 multiscales; only the first" in capsys.readouterr().err
+    out = dict(zarr.open_group(str(dst), mode="r").attrs)
+    out_block = out["ome"] if target_version == "0.5" else out
+    assert out["acquisition"] == acquisition
+    # NGFF 0.4 keeps everything at the top level: from there, unknown keys stay at the top
+    assert (out_block if source_version == "0.5" else out)["lab_block_key"] == [1, 2]
+    assert out_block["multiscales"][0]["@type"] == "ngff:Image"
+    assert out_block["multiscales"][0]["lab"] == {"id": 7}
+    assert len(out_block["multiscales"]) == 1
+    assert main(["validate", str(dst)]) == 0
+    np.testing.assert_array_equal(lg.open_ome_zarr(dst)[0][...], lg.open_ome_zarr(src)[0][...])
+
+
 def test_convert_a_large_volume_uses_64_cubed_chunks_in_256x512x512_shards(tmp_path):
     src = tmp_path / "big.zarr"
     lg.write_ome_zarr(src, np.zeros((300, 600, 520), "u1"), axes="zyx", chunks=(100, 200, 520))
@@ -479,6 +515,32 @@ def test_convert_more_levels_than_the_source_computes_them(image_path, tmp_path,
     assert main(["convert", str(image_path), str(dst), "--levels", "4"]) == 0
     assert "computed from level 0" in capsys.readouterr().err
     assert len(lg.open_ome_zarr(dst).levels) == 4
+
+
+def test_convert_to_more_levels_keeps_the_source_s_factors(tmp_path, capsys):
+    """An anisotropic pyramid (z kept) stays one: the source's levels keep their shapes
+    and scales, and further levels are reduced as the source's last was."""
+    src = tmp_path / "src.zarr"
+    data = _volume((16, 64, 64))
+    lg.write_ome_zarr(src, data, axes="zyx", levels=[(1, 2, 2)], scale=(3.0, 0.5, 0.5))
+    dst = tmp_path / "dst.zarr"
+    assert main(["convert", str(src), str(dst), "--levels", "3", "--shards", "none"]) == 0
+    assert "reduced by its last factors (1, 2, 2)" in capsys.readouterr().err
+    out = lg.open_ome_zarr(dst)
+    assert [lv.shape for lv in out.levels] == [(16, 64, 64), (16, 32, 32), (16, 16, 16)]
+    assert [out.scale(i) for i in range(3)] == [(3.0, 0.5, 0.5), (3.0, 1.0, 1.0), (3.0, 2.0, 2.0)]
+
+
+def test_convert_names_the_label_levels_it_leaves_out(tmp_path, capsys):
+    src = tmp_path / "src.zarr"
+    lg.write_ome_zarr(src, _volume((16, 32, 32)), axes="zyx", levels=3)
+    lg.write_labels(src, "cells", (_volume((16, 32, 32)) % 3).astype("u1"))
+    dst = tmp_path / "dst.zarr"
+    assert main(["convert", str(src), str(dst), "--levels", "2", "--shards", "none"]) == 0
+    assert "label image 'cells' has 3 levels; written with the image's 2" in (
+        capsys.readouterr().err
+    )
+    assert len(lg.open_ome_zarr(dst).labels["cells"].levels) == 2
 
 
 def test_convert_never_overwrites_without_overwrite(image_path, tmp_path, capsys):
