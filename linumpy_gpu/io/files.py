@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import socket
+import struct
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -405,67 +406,72 @@ class UnitLocks:
     """Exclusive locks on the storage units (chunks, or shards) of one array in a local
     store, held while a writer reads, modifies and replaces them.
 
-    Across processes: POSIX record locks on one byte per unit of a lock file in the array's
-    folder (the kernel drops them when a process dies). Within a process, where record
-    locks do not exclude one another: one of a fixed set of thread locks per unit. Units
-    are always locked in increasing order, so writers cannot deadlock."""
-
-    _thread_locks = [threading.Lock() for _ in range(1024)]
-    _files: dict[str, int] = {}
-    _files_lock = threading.Lock()
+    Each hold opens the array's lock file anew and takes open-file-description locks
+    (Linux) on one byte per unit: they exclude other processes and other threads alike,
+    go when the process dies, and follow the lock file a replaced store brings (a
+    descriptor kept open would lock the old one). Units are always locked in increasing
+    order, so writers cannot deadlock. Where the system has no such locks, a hold locks
+    the whole file (``flock``)."""
 
     def __init__(self, array_dir: str):
         # the real path: one array reached through a symlink and through its own path
-        # must share one lock file descriptor and one set of thread locks
+        # must share one lock file
         self.path = os.path.join(os.path.realpath(array_dir), LOCK_FILE)
 
-    def _fd(self) -> int:
-        with self._files_lock:
-            fd = self._files.get(self.path)
-            if fd is None:
-                os.makedirs(os.path.dirname(self.path), exist_ok=True)
-                # kept open for the life of the process: closing any descriptor of the file
-                # would drop every record lock this process holds on it
-                try:
-                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-                except PermissionError as exc:
-                    raise StorePermissionError(
-                        f"'{os.path.dirname(self.path)}' is not writable here "
-                        f"({exc.strerror}); it cannot be written"
-                    ) from exc
-                self._files[self.path] = fd
-            return fd
+    def _open(self) -> int:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except PermissionError as exc:
+            raise StorePermissionError(
+                f"'{os.path.dirname(self.path)}' is not writable here "
+                f"({exc.strerror}); it cannot be written"
+            ) from exc
 
     @contextlib.contextmanager
     def hold(self, units: Iterable[int]) -> Iterator[None]:
         """Hold the locks of ``units`` (linear unit numbers) for the block."""
         ordered = sorted(set(units))
-        stripes = sorted({hash((self.path, u)) % len(self._thread_locks) for u in ordered})
-        held_threads: list[threading.Lock] = []
-        held_units: list[int] = []
-        fd = self._fd()
+        while True:
+            fd = self._open()
+            try:
+                for u in ordered:
+                    _lock_byte(fd, u)
+                try:
+                    current = os.stat(self.path)
+                except FileNotFoundError:
+                    current = None
+                held = os.fstat(fd)
+            except BaseException:
+                os.close(fd)  # closing the description drops every lock it holds
+                raise
+            if current is not None and (current.st_dev, current.st_ino) == (
+                held.st_dev,
+                held.st_ino,
+            ):
+                break
+            os.close(fd)  # the store was replaced while we waited: lock the new file
         try:
-            for s in stripes:
-                lock = self._thread_locks[s]
-                lock.acquire()
-                held_threads.append(lock)
-            for u in ordered:
-                fcntl.lockf(fd, fcntl.LOCK_EX, 1, u)
-                held_units.append(u)
             yield
         finally:
-            for u in reversed(held_units):
-                with contextlib.suppress(OSError):
-                    fcntl.lockf(fd, fcntl.LOCK_UN, 1, u)
-            for lock in reversed(held_threads):
-                lock.release()
+            os.close(fd)
+
+
+_OFD_LOCK = getattr(fcntl, "F_OFD_SETLKW", None)
+
+
+def _lock_byte(fd: int, offset: int) -> None:
+    """Wait for an exclusive lock of byte ``offset`` of ``fd``'s file, owned by the open
+    file description (released when it is closed)."""
+    if _OFD_LOCK is None:  # the whole file (taking it again through fd is a no-op)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return
+    # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for these locks)
+    fcntl.fcntl(fd, _OFD_LOCK, struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
 
 
 def _fresh_locks_after_fork() -> None:
-    # the parent's locks may have been held by its other threads at the fork; record locks
-    # are the process's own, so the child's start free too
-    UnitLocks._thread_locks = [threading.Lock() for _ in range(len(UnitLocks._thread_locks))]
-    UnitLocks._files_lock = threading.Lock()
+    # the parent's lock may have been held by its other threads at the fork
     global _generations_lock
     _generations_lock = threading.Lock()
 

@@ -273,6 +273,83 @@ def test_threads_writing_unaligned_regions_of_one_handle(store):
     np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], _expected(regions, volume()))
 
 
+def _threaded_writer_process(path: str, seed: int, units: int) -> None:
+    """Three threads of one process, each writing 100 regions that span one to three
+    chunks at random (every region's value is its thread's seed)."""
+    img = lg.open_ome_zarr(path, mode="r+")
+    failed: list[BaseException] = []
+
+    def work(thread_seed: int) -> None:
+        rng = np.random.default_rng(thread_seed)
+        try:
+            for _ in range(100):
+                a = int(rng.integers(0, units))
+                b = int(rng.integers(a + 1, min(units, a + 3) + 1))
+                block = np.full((8, 8, (b - a) * 8 - 2), thread_seed, "u2")
+                img[0][:, :, a * 8 + 1 : b * 8 - 1] = block
+        except BaseException as exc:  # a thread's failure fails the process
+            failed.append(exc)
+
+    threads = [threading.Thread(target=work, args=(seed * 10 + k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failed:
+        raise failed[0]
+
+
+def test_threads_of_several_processes_writing_regions_that_span_chunks(tmp_path):
+    """Three processes of three threads writing regions that span chunks: every write
+    lands (record locks owned by the process took such waits for deadlocks and failed
+    writes with a raw OSError)."""
+    path = tmp_path / "spans.ome.zarr"
+    units = 6
+    lg.write_ome_zarr(path, np.zeros((8, 8, units * 8), "u2"), chunks=(8, 8, 8), levels=1)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(target=_threaded_writer_process, args=(str(path), p + 1, units))
+        for p in range(3)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join()
+    assert [proc.exitcode for proc in procs] == [0, 0, 0]
+    written = lg.open_ome_zarr(path)[0][...]
+    seeds = {10 * p + k for p in range(1, 4) for k in range(3)}
+    # each chunk's written columns hold one thread's value (no mix within a write)
+    for a in range(units):
+        inner = written[:, :, a * 8 + 1 : a * 8 + 7]
+        assert len(np.unique(inner)) == 1 and int(inner.flat[0]) in seeds | {0}
+
+
+def _voxel_writer_process(path: str, row: int, count: int) -> None:
+    img = lg.open_ome_zarr(path, mode="r+")
+    for k in range(count):
+        img[0][row, k % 32, k // 32] = 1
+
+
+def test_writers_still_exclude_each_other_after_the_store_is_replaced(tmp_path):
+    """A process that wrote to a store before it was replaced locks the replacement's
+    lock file, not the one replaced: its read-modify-writes of a chunk and another
+    process's still exclude each other, and no update is lost."""
+    path = tmp_path / "replaced.ome.zarr"
+    lg.write_ome_zarr(path, np.zeros((2, 32, 32), "u1"), chunks=(2, 32, 32), levels=1)
+    img = lg.open_ome_zarr(path, mode="r+")
+    img[0][0, 0, 0] = 0  # this process has locked the old store's lock file
+    lg.write_ome_zarr(
+        path, np.zeros((2, 32, 32), "u1"), chunks=(2, 32, 32), levels=1, overwrite=True
+    )
+    ctx = multiprocessing.get_context("spawn")
+    other = ctx.Process(target=_voxel_writer_process, args=(str(path), 1, 300))
+    other.start()
+    _voxel_writer_process(str(path), 0, 300)
+    other.join()
+    assert other.exitcode == 0
+    assert int(lg.open_ome_zarr(path)[0][...].sum()) == 600
+
+
 # -- killed writers -----------------------------------------------------------------------
 
 _REWRITER = """
