@@ -23,7 +23,13 @@ from linumpy_gpu.backends.base import Backend
 from linumpy_gpu.core.layout import ArrayLayout, layout_of
 from linumpy_gpu.core.selection import normalize_selection
 from linumpy_gpu.engine.reader import ChunkedArrayReader
-from linumpy_gpu.errors import ChunkWriteError, SelectionError, UnsupportedWriteError, WriteError
+from linumpy_gpu.errors import (
+    ChunkWriteError,
+    SelectionError,
+    StoreError,
+    UnsupportedWriteError,
+    WriteError,
+)
 from linumpy_gpu.io.files import (
     UnitLocks,
     remove_stale_partials,
@@ -84,8 +90,13 @@ class ChunkedArrayWriter:
         self.written = 0
         self._made_dirs: set[str] = set()
         self._locks = None
-        if locking and self._root is not None:
-            self._locks = UnitLocks(os.path.join(os.fspath(self._root), *self._prefix.split("/")))
+        self._folder = None
+        self._folder_identity: tuple[int, int] | None = None
+        if self._root is not None:
+            self._folder = os.path.join(os.fspath(self._root), *self._prefix.split("/"))
+            self._folder_identity = _identity(self._folder)
+        if locking and self._folder is not None:
+            self._locks = UnitLocks(self._folder)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -271,6 +282,7 @@ class ChunkedArrayWriter:
 
                     f.write(google_crc32c.value(raw_index).to_bytes(4, "little"))
         except OSError as exc:
+            self._check_folder()
             raise ChunkWriteError(
                 f"{self.name}: writing '{key}' failed ({type(exc).__name__}: "
                 f"{exc.strerror or exc}); {self.written} objects of this array were written "
@@ -325,6 +337,7 @@ class ChunkedArrayWriter:
             try:
                 self._put(key, blob)
             except OSError as exc:
+                self._check_folder()  # a file that could not land: the store went away?
                 raise ChunkWriteError(
                     f"{self.name}: writing '{key}' failed ({type(exc).__name__}: "
                     f"{exc.strerror or exc}); {self.written + len(done)} objects of this array "
@@ -351,10 +364,25 @@ class ChunkedArrayWriter:
             return
         write_file_atomically(self._local_path(key), blob)
 
+    def _check_folder(self) -> None:
+        """Raise :class:`StoreError` where the array's folder is no longer the one this
+        writer opened (the store was replaced or removed while the write ran)."""
+        if self._folder is None or self._folder_identity is None:
+            return
+        if _identity(self._folder) != self._folder_identity:
+            raise StoreError(
+                f"'{self.name}' was replaced or removed while this write ran: it stopped. "
+                "Files it wrote just as the store was swapped may have landed in the new "
+                "store: write those regions of the new store again, after opening it anew"
+            )
+
     def _local_path(self, key: str) -> str:
         """The file of ``key`` in the local store, its folder made (and cleared of what an
-        earlier write of it, killed midway, left there)."""
+        earlier write of it, killed midway, left there). Refuses to go on where the array's
+        folder is no longer the one this writer opened: the store was replaced meanwhile,
+        and the rest of this write would land in the replacement."""
         assert self._root is not None  # a local store's writer
+        self._check_folder()
         path = os.path.join(os.fspath(self._root), *key.split("/"))
         folder = os.path.dirname(path)
         if folder not in self._made_dirs:
@@ -362,6 +390,15 @@ class ChunkedArrayWriter:
             remove_stale_partials(folder)
             self._made_dirs.add(folder)
         return path
+
+
+def _identity(folder: str) -> tuple[int, int] | None:
+    """Which folder ``folder`` names now (device and inode), or None where it is gone."""
+    try:
+        found = os.stat(folder)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _append_parts(f: Any, parts: list[Buffer], release: Callable[[], None]) -> None:

@@ -350,6 +350,40 @@ def test_writers_still_exclude_each_other_after_the_store_is_replaced(tmp_path):
     assert int(lg.open_ome_zarr(path)[0][...].sum()) == 600
 
 
+def test_a_write_running_when_its_store_is_replaced_stops_and_spares_the_new_store(
+    tmp_path, monkeypatch
+):
+    """A store replaced (overwrite=True) while a region write runs: the write stops with
+    StoreError at its next file instead of writing the rest into the replacement."""
+    from linumpy_gpu.engine import writer
+
+    path = tmp_path / "swapped.ome.zarr"
+    lg.write_ome_zarr(path, np.zeros((16, 32, 32), "u2"), chunks=(4, 32, 32), levels=1)
+    img = lg.open_ome_zarr(path, mode="r+")
+    engine = writer.ChunkedArrayWriter(
+        img[0]._reader.array, lg.backends.CpuBackend(), batch_bytes=1, name="swapped"
+    )
+    calls = {"n": 0}
+    original = writer.write_file_atomically
+
+    def write_then_replace(target, blob):
+        original(target, blob)
+        calls["n"] += 1
+        if calls["n"] == 2:  # another process replaces the store meanwhile
+            lg.write_ome_zarr(
+                path,
+                np.full((16, 32, 32), 500, "u2"),
+                chunks=(4, 32, 32),
+                levels=1,
+                overwrite=True,
+            )
+
+    monkeypatch.setattr(writer, "write_file_atomically", write_then_replace)
+    with pytest.raises(lg.StoreError, match="replaced or removed while this write ran"):
+        engine.write((slice(None),) * 3, np.full((16, 32, 32), 7, "u2"))
+    assert (lg.open_ome_zarr(path)[0][...] == 500).all()
+
+
 # -- killed writers -----------------------------------------------------------------------
 
 _REWRITER = """
