@@ -21,7 +21,9 @@ from linumpy_gpu.ngff.model import Axis, Channel
 WRITE_VERSIONS = ("0.4", "0.5", "0.6")
 # The pyramid's coarsest level fits this many voxels along its in-plane axes by default.
 DEFAULT_TILE = 256
-SUPPORTED_DTYPES = frozenset(["b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8"])
+SUPPORTED_DTYPES = frozenset(
+    ["b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8"]
+)
 ZSTD_LEVELS = range(-131072, 23)
 
 

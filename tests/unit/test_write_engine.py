@@ -340,3 +340,31 @@ def test_integers_written_into_a_float_array_are_kept_exactly_or_refused(
         else:
             with pytest.raises(lg.WriteError, match="would not be stored exactly"):
                 engine.write(slice(1, 2), values)
+
+
+@pytest.mark.parametrize("method", ["mean", "gaussian", "nearest"])
+def test_float16_images_are_written_and_converted(tmp_path, method, capsys):
+    """float16 volumes (which the readers read) are written, sharded too, with pyramids
+    computed as for the other floats, region writes and update_pyramid; convert copies
+    them."""
+    from linumpy_gpu.cli import main
+
+    rng = np.random.default_rng(0)
+    data = (rng.random((20, 40, 36)) * 60000).astype("f2")
+    data[0, 0, 0] = np.nan
+    path = tmp_path / "half.zarr"
+    img = lg.write_ome_zarr(
+        path, data, levels=3, method=method, chunks=(4, 8, 8), shards=(8, 16, 16)
+    )
+    assert img[0].dtype == np.float16
+    np.testing.assert_array_equal(img[0][...], data)
+    np.testing.assert_array_equal(
+        zarr.open_array(str(path / "1"))[...], downsample(data, (2, 2, 2), method)
+    )
+    opened = lg.open_ome_zarr(path, mode="r+")
+    opened[0][0:4, 0:8, 0:8] = np.ones((4, 8, 8), "f2")
+    opened.update_pyramid((slice(0, 4),))
+    data[0:4, 0:8, 0:8] = 1
+    np.testing.assert_array_equal(opened[1][...], downsample(data, (2, 2, 2), method))
+    assert main(["convert", str(path), str(tmp_path / "out.zarr"), "--shards", "none"]) == 0
+    np.testing.assert_array_equal(lg.open_ome_zarr(tmp_path / "out.zarr")[0][...], data)
