@@ -602,6 +602,7 @@ def _image_dict(image: MultiscaleImage, with_labels: bool = True) -> dict[str, A
             "path": lv.path,
             "shape": list(lv.shape),
             "dtype": str(lv.dtype),
+            "stored_dtype": lv.stored_dtype.str,
             "chunks": list(lv.chunks),
             "shards": list(lv.shards) if lv.shards else None,
             "codecs": list(lv.codecs),
@@ -870,8 +871,7 @@ def _convert_into(
         n_label = min(n, len(label.levels))
         if len(label.levels) > n:
             _note(
-                f"label image '{name}' has {len(label.levels)} levels; written with the "
-                f"image's {n}"
+                f"label image '{name}' has {len(label.levels)} levels; written with the image's {n}"
             )
         if copy and n_label > 1:
             label_group.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})

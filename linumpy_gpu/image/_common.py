@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def join(*parts: str) -> str:
     """Store path parts joined with ``/``."""
@@ -15,3 +17,13 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
+
+
+def dtype_text(level: Any) -> str:
+    """The level's dtype for summaries, with its stored byte order where that is not this
+    machine's (reads return native order)."""
+    stored = level.stored_dtype
+    if stored.isnative or stored.itemsize == 1:
+        return str(level.dtype)
+    order = "big" if stored.byteorder == ">" else "little"
+    return f"{level.dtype} (stored {order}-endian)"

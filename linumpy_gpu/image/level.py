@@ -45,6 +45,16 @@ class Level:
         return self._reader.layout.dtype
 
     @property
+    def stored_dtype(self) -> np.dtype:
+        """The dtype as the store holds it: byte order included (``>u2`` where the chunks
+        are big-endian), where :attr:`dtype` is what reads return."""
+        chunk = self._reader.layout.chunk
+        if chunk is not None:
+            return chunk.stored_dtype
+        # chunks zarr-python decodes: its dtype (zarr v2 keeps the byte order there)
+        return np.dtype(self._reader.array.dtype)
+
+    @property
     def ndim(self) -> int:
         """Dimensions of the level."""
         return len(self.shape)

@@ -22,7 +22,7 @@ from linumpy_gpu.errors import (
     WriteError,
     warn,
 )
-from linumpy_gpu.image._common import format_bytes, join
+from linumpy_gpu.image._common import dtype_text, format_bytes, join
 from linumpy_gpu.image.level import Level
 from linumpy_gpu.io.stores import translated_errors
 from linumpy_gpu.progress import progress_bar
@@ -401,7 +401,7 @@ class MultiscaleImage:
                     str(lv.shape),
                     str(lv.chunks),
                     str(lv.shards or "-"),
-                    str(lv.dtype),
+                    dtype_text(lv),
                     ", ".join(lv.codecs) or "raw",
                     format_bytes(lv.nbytes),
                     "(" + ", ".join(f"{s:g}" for s in lv.scale) + ")",

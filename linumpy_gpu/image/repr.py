@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from linumpy_gpu.image._common import format_bytes
+from linumpy_gpu.image._common import dtype_text, format_bytes
 
 if TYPE_CHECKING:
     from linumpy_gpu.image.collections import Plate, SeriesCollection, Well
@@ -407,7 +407,7 @@ def _levels_table(image: MultiscaleImage, only: int | None = None) -> str:
                 lv.index,
                 lv.path,
                 _tuple(lv.shape),
-                str(lv.dtype),
+                dtype_text(lv),
                 _tuple(lv.chunks),
                 _tuple(lv.shards) if lv.shards else "-",
                 ", ".join(lv.codecs) or "raw",

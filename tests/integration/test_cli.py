@@ -931,3 +931,26 @@ def test_inspect_json_of_an_image_with_a_missing_label_and_nan_properties(tmp_pa
     by_name = {entry.get("name"): entry for entry in info["labels"]}
     assert "error" in by_name["nuclei"]
     assert info["labels"][0]["image_label"]["properties"][0]["area"] == "NaN"
+
+
+def test_inspect_names_the_stored_byte_order(tmp_path, capsys):
+    """Reads return native byte order; inspect and the level say how the store holds it."""
+    path = tmp_path / "be.zarr"
+    group = zarr.open_group(str(path), mode="w", zarr_format=2)
+    group.create_array("0", data=np.arange(64, dtype=">u2").reshape(4, 4, 4), chunks=(2, 4, 4))
+    axes = [{"name": a, "type": "space"} for a in "zyx"]
+    scale = [{"type": "scale", "scale": [1, 1, 1]}]
+    group.attrs["multiscales"] = [
+        {
+            "version": "0.4",
+            "axes": axes,
+            "datasets": [{"path": "0", "coordinateTransformations": scale}],
+        }
+    ]
+    level = lg.open_ome_zarr(path)[0]
+    assert level.dtype == np.dtype("u2") and level.stored_dtype == np.dtype(">u2")
+    assert main(["inspect", str(path)]) == 0
+    assert "uint16 (stored big-endian)" in capsys.readouterr().out
+    assert main(["inspect", "--json", str(path)]) == 0
+    described = json.loads(capsys.readouterr().out)["levels"][0]
+    assert (described["dtype"], described["stored_dtype"]) == ("uint16", ">u2")
