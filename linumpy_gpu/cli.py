@@ -813,6 +813,7 @@ def _convert_into(
     out = write_ome_zarr(
         dst,
         data,
+        fill_value=src.levels[0].fill_value,
         axes=src.axes,
         scale=src.scale(0),
         translation=src.translation(0),

@@ -45,6 +45,11 @@ class Level:
         return self._reader.layout.dtype
 
     @property
+    def fill_value(self) -> Any:
+        """The array's fill value: what reads give for chunks never written."""
+        return self._reader.layout.fill_value
+
+    @property
     def stored_dtype(self) -> np.dtype:
         """The dtype as the store holds it: byte order included (``>u2`` where the chunks
         are big-endian), where :attr:`dtype` is what reads return."""

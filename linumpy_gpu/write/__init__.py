@@ -77,6 +77,7 @@ def write_ome_zarr(
     device: Any = "auto",
     progress: bool | None = None,
     storage_options: dict[str, Any] | None = None,
+    fill_value: float | int | bool = 0,
     _extra_block: dict[str, Any] | None = None,
     _progress_label: str | None = None,
 ) -> MultiscaleImage:
@@ -96,7 +97,8 @@ def write_ome_zarr(
     "gaussian", "nearest" or "mode" (labels). ``device``: where the pyramid is computed and
     chunks are compressed: "auto" (the GPU for cupy input, else the CPU), "cpu", "gpu".
     ``progress``: a progress bar while the levels are written, shown on a terminal or in a
-    notebook (default: the ``progress`` setting).
+    notebook (default: the ``progress`` setting). ``fill_value``: every level's fill value,
+    what readers give for chunks never written (default 0; NaN for a float "no data").
 
     An existing store at ``path`` is replaced only with ``overwrite=True``, and only if it
     is a zarr store (or an empty folder): a local one is built beside it and swapped in when
@@ -121,6 +123,7 @@ def write_ome_zarr(
         name=name,
         extra_block=_extra_block,
         where=str(path),
+        fill_value=fill_value,
     )
     if not isinstance(overwrite, bool):
         raise InvalidArgumentError(f"overwrite must be True or False, got {overwrite!r}")

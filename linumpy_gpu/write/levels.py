@@ -73,7 +73,7 @@ def _create_level(root: Any, i: int, shape: tuple[int, ...], plan: ImagePlan) ->
         dtype=plan.dtype,
         chunks=chunks,
         shards=shards,
-        fill_value=0,
+        fill_value=plan.fill_value,
         **plan.codec_kwargs,
         **extra,
     )

@@ -41,6 +41,7 @@ class ImagePlan:
     codec_kwargs: dict[str, Any]
     attributes: dict[str, Any]  # the group's final attributes
     method: str
+    fill_value: Any = 0  # of every level's array: what reads give for chunks never written
 
     @property
     def zarr_format(self) -> Literal[2, 3]:
@@ -68,6 +69,7 @@ def plan_image(
     checksum: bool = True,
     extra_block: dict[str, Any] | None = None,
     shapes: Sequence[Sequence[int]] | None = None,
+    fill_value: Any = 0,
 ) -> ImagePlan:
     """Check every argument and build the metadata the write will produce (validated as a
     reader will read it), touching nothing. ``shapes``: the level shapes to write, where
@@ -180,7 +182,24 @@ def plan_image(
         codec_kwargs=codec_kwargs,
         attributes=attributes,
         method=method,
+        fill_value=_fill_value(fill_value, dtype),
     )
+
+
+def _fill_value(value: Any, dtype: np.dtype) -> Any:
+    """``value`` as the arrays' fill value of ``dtype``, or WriteError where that dtype
+    cannot hold it exactly."""
+    given = np.asarray(value)
+    if given.ndim != 0 or given.dtype.kind not in "biuf":
+        raise WriteError(f"fill_value must be one number, got {value!r}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        stored = given.astype(dtype)
+    same = bool(stored == given) or (
+        dtype.kind == "f" and bool(np.isnan(given)) and bool(np.isnan(stored))
+    )
+    if not same:
+        raise WriteError(f"fill_value {value!r} cannot be stored as {dtype} without changing")
+    return stored.item()
 
 
 def _numbers(label: str, values: Any, ndim: int, default: float) -> tuple[float, ...]:

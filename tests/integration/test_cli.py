@@ -954,3 +954,25 @@ def test_inspect_names_the_stored_byte_order(tmp_path, capsys):
     assert main(["inspect", "--json", str(path)]) == 0
     described = json.loads(capsys.readouterr().out)["levels"][0]
     assert (described["dtype"], described["stored_dtype"]) == ("uint16", ">u2")
+
+
+@pytest.mark.parametrize(("dtype", "fill"), [("u2", 7), ("f4", float("nan"))])
+def test_convert_keeps_the_fill_value(tmp_path, dtype, fill):
+    """The fill value is what other tools take for "no data": convert keeps it."""
+    src = tmp_path / "src.zarr"
+    lg.write_ome_zarr(src, np.ones((8, 16, 16), dtype), levels=2, fill_value=fill)
+    dst = tmp_path / "dst.zarr"
+    assert main(["convert", str(src), str(dst), "--shards", "none"]) == 0
+    for level in ("0", "1"):
+        kept = zarr.open_array(str(dst / level), mode="r").fill_value
+        assert np.array_equal(np.asarray(kept), np.asarray(fill, dtype), equal_nan=True)
+    assert np.array_equal(
+        lg.open_ome_zarr(dst)[0].fill_value, np.asarray(fill, dtype), equal_nan=True
+    )
+
+
+@pytest.mark.parametrize("fill", [1.5, 300, -1, "x", [1, 2], None])
+def test_a_fill_value_the_dtype_cannot_hold_is_refused(tmp_path, fill):
+    with pytest.raises(lg.WriteError, match="fill_value"):
+        lg.write_ome_zarr(tmp_path / "a.zarr", np.ones((8, 16, 16), "u1"), fill_value=fill)
+    assert not (tmp_path / "a.zarr").exists()
