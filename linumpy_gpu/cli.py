@@ -801,8 +801,16 @@ def _convert_into(
     if not copy:
         factors = _source_factors(src)
         if n > n_src and factors:
-            # the source's own reductions (an anisotropic pyramid keeps z), then its last
-            levels = factors + [factors[-1]] * (n - n_src)
+            # the source's own reductions (an anisotropic pyramid keeps z), then its last,
+            # on the axes still longer than one voxel
+            levels = list(factors)
+            shape = src.levels[-1].shape
+            for _ in range(n - n_src):
+                step = tuple(
+                    f if size > 1 else 1 for f, size in zip(factors[-1], shape, strict=True)
+                )
+                levels.append(step)
+                shape = tuple(-(-size // f) for size, f in zip(shape, step, strict=True))
             _note(f"levels beyond the source's are reduced by its last factors {factors[-1]}")
         else:
             levels = factors[: n - 1] if n <= n_src else n
@@ -1349,6 +1357,7 @@ def _finish_metadata(
 # Keys of an image's attributes that convert writes itself; the source's others are kept
 _MODELLED_KEYS = {"ome", "multiscales", "omero", "version", "_creator", "image-label"}
 _MODELLED_ENTRY_KEYS = {
+    "coordinateSystems",  # NGFF 0.6: written as axes and transformations for 0.4 and 0.5
     "version",
     "name",
     "axes",

@@ -56,8 +56,18 @@ class Level:
         chunk = self._reader.layout.chunk
         if chunk is not None:
             return chunk.stored_dtype
-        # chunks zarr-python decodes: its dtype (zarr v2 keeps the byte order there)
-        return np.dtype(self._reader.array.dtype)
+        # chunks zarr-python decodes: zarr v2 keeps the byte order in its dtype; zarr v3 in
+        # the bytes codec (inside the sharding codec, for shards)
+        array = self._reader.array
+        dtype = np.dtype(array.dtype)
+        codecs = list(getattr(array.metadata, "codecs", ()) or ())
+        while codecs:
+            codec = codecs.pop(0)
+            endian = getattr(getattr(codec, "endian", None), "value", None)
+            if endian is not None and dtype.itemsize > 1:
+                return dtype.newbyteorder("<" if endian == "little" else ">")
+            codecs[:0] = list(getattr(codec, "codecs", ()) or ())
+        return dtype
 
     @property
     def ndim(self) -> int:

@@ -419,9 +419,12 @@ class UnitLocks:
         self.path = os.path.join(os.path.realpath(array_dir), LOCK_FILE)
 
     def _open(self) -> int:
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
         try:
             return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError as exc:  # never made again here: the store is gone
+            raise StoreError(
+                f"'{os.path.dirname(self.path)}' was removed; it cannot be written"
+            ) from exc
         except PermissionError as exc:
             raise StorePermissionError(
                 f"'{os.path.dirname(self.path)}' is not writable here "
@@ -431,49 +434,96 @@ class UnitLocks:
     @contextlib.contextmanager
     def hold(self, units: Iterable[int]) -> Iterator[None]:
         """Hold the locks of ``units`` (linear unit numbers) for the block."""
-        ordered = sorted(set(units))
-        while True:
-            fd = self._open()
-            try:
-                for u in ordered:
-                    _lock_byte(fd, u)
+        spans = _spans(sorted(set(units)))
+        fd = -1
+        try:
+            while True:
+                fd = _held.add(self._open())
+                for start, length in spans:
+                    _lock_bytes(fd, start, length)
                 try:
                     current = os.stat(self.path)
                 except FileNotFoundError:
                     current = None
                 held = os.fstat(fd)
-            except BaseException:
-                os.close(fd)  # closing the description drops every lock it holds
-                raise
-            if current is not None and (current.st_dev, current.st_ino) == (
-                held.st_dev,
-                held.st_ino,
-            ):
-                break
-            os.close(fd)  # the store was replaced while we waited: lock the new file
-        try:
+                if current is not None and (current.st_dev, current.st_ino) == (
+                    held.st_dev,
+                    held.st_ino,
+                ):
+                    break
+                _held.close(fd)  # the store was replaced while we waited: the new file
+                fd = -1
             yield
         finally:
-            os.close(fd)
+            if fd >= 0:
+                _held.close(fd)  # closing the description drops every lock it holds
 
 
+# Units locked one range per run of neighbours; past this many runs, one range from the
+# first unit to the last (each lock is a record the system scans on every insert)
+MAX_LOCK_SPANS = 256
+
+
+def _spans(ordered: list[int]) -> list[tuple[int, int]]:
+    """``ordered`` units as (start, length) runs, in increasing order."""
+    spans: list[tuple[int, int]] = []
+    for u in ordered:
+        if spans and spans[-1][0] + spans[-1][1] == u:
+            spans[-1] = (spans[-1][0], spans[-1][1] + 1)
+        else:
+            spans.append((u, 1))
+    if len(spans) > MAX_LOCK_SPANS:
+        return [(ordered[0], ordered[-1] - ordered[0] + 1)]
+    return spans
+
+
+class _HeldDescriptors:
+    """The descriptors of the holds in progress: a child made by fork shares their open
+    file descriptions (and so their locks) and closes its copies at once, or the parent's
+    locks would outlive its holds while the child lives."""
+
+    def __init__(self) -> None:
+        self._fds: set[int] = set()
+        self._lock = threading.Lock()
+
+    def add(self, fd: int) -> int:
+        with self._lock:
+            self._fds.add(fd)
+        return fd
+
+    def close(self, fd: int) -> None:
+        with self._lock:
+            self._fds.discard(fd)
+        os.close(fd)
+
+    def close_all_in_child(self) -> None:
+        for fd in self._fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds = set()
+        self._lock = threading.Lock()
+
+
+_held = _HeldDescriptors()
 _OFD_LOCK = getattr(fcntl, "F_OFD_SETLKW", None)
 
 
-def _lock_byte(fd: int, offset: int) -> None:
-    """Wait for an exclusive lock of byte ``offset`` of ``fd``'s file, owned by the open
-    file description (released when it is closed)."""
+def _lock_bytes(fd: int, start: int, length: int) -> None:
+    """Wait for an exclusive lock of ``length`` bytes from ``start`` of ``fd``'s file,
+    owned by the open file description (released when it is closed)."""
     if _OFD_LOCK is None:  # the whole file (taking it again through fd is a no-op)
         fcntl.flock(fd, fcntl.LOCK_EX)
         return
     # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for these locks)
-    fcntl.fcntl(fd, _OFD_LOCK, struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
+    flock = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, start, length, 0)
+    fcntl.fcntl(fd, _OFD_LOCK, flock)
 
 
 def _fresh_locks_after_fork() -> None:
     # the parent's lock may have been held by its other threads at the fork
     global _generations_lock
     _generations_lock = threading.Lock()
+    _held.close_all_in_child()
 
 
 os.register_at_fork(after_in_child=_fresh_locks_after_fork)

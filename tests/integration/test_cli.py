@@ -531,6 +531,28 @@ def test_convert_to_more_levels_keeps_the_source_s_factors(tmp_path, capsys):
     assert [out.scale(i) for i in range(3)] == [(3.0, 0.5, 0.5), (3.0, 1.0, 1.0), (3.0, 2.0, 2.0)]
 
 
+def test_convert_to_more_levels_stops_reducing_axes_at_one_voxel(tmp_path):
+    src = tmp_path / "src.zarr"
+    lg.write_ome_zarr(src, _volume((4, 64, 64)), axes="zyx", levels=3)  # z: 4, 2, 1
+    dst = tmp_path / "dst.zarr"
+    assert main(["convert", str(src), str(dst), "--levels", "5", "--shards", "none"]) == 0
+    out = lg.open_ome_zarr(dst)
+    assert [lv.shape for lv in out.levels][2:] == [(1, 16, 16), (1, 8, 8), (1, 4, 4)]
+    assert [out.scale(i)[0] for i in range(5)] == [1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+def test_convert_from_06_writes_no_06_keys_into_older_versions(tmp_path):
+    src = tmp_path / "src.zarr"
+    lg.write_ome_zarr(src, _volume((8, 32, 32)), axes="zyx", levels=2, version="0.6")
+    for version in ("0.4", "0.5"):
+        dst = tmp_path / f"dst{version}.zarr"
+        assert main(["convert", str(src), str(dst), "--version", version, "--shards", "none"]) == 0
+        attrs = dict(zarr.open_group(str(dst), mode="r").attrs)
+        entry = (attrs["ome"] if version == "0.5" else attrs)["multiscales"][0]
+        assert "coordinateSystems" not in entry
+        assert main(["validate", str(dst)]) == 0
+
+
 def test_convert_names_the_label_levels_it_leaves_out(tmp_path, capsys):
     src = tmp_path / "src.zarr"
     lg.write_ome_zarr(src, _volume((16, 32, 32)), axes="zyx", levels=3)
@@ -949,6 +971,22 @@ def test_inspect_names_the_stored_byte_order(tmp_path, capsys):
     ]
     level = lg.open_ome_zarr(path)[0]
     assert level.dtype == np.dtype("u2") and level.stored_dtype == np.dtype(">u2")
+    from numcodecs.zarr3 import Delta
+    from zarr.codecs import BytesCodec
+
+    v3 = tmp_path / "v3.zarr"
+    image = lg.write_ome_zarr(v3, np.arange(64, dtype="u2").reshape(4, 4, 4), levels=1)
+    del image
+    zarr.create_array(
+        str(v3 / "0"),
+        shape=(4, 4, 4),
+        dtype="u2",
+        chunks=(2, 4, 4),
+        filters=[Delta(dtype="u2")],
+        serializer=BytesCodec(endian="big"),
+        overwrite=True,
+    )
+    assert lg.open_ome_zarr(v3)[0].stored_dtype == np.dtype(">u2")  # read by zarr-python
     assert main(["inspect", str(path)]) == 0
     assert "uint16 (stored big-endian)" in capsys.readouterr().out
     assert main(["inspect", "--json", str(path)]) == 0

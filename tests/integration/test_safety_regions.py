@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -683,3 +684,62 @@ def test_update_pyramid_refuses_a_method_other_than_the_recorded_one(tmp_path):
     np.testing.assert_array_equal(img[1][...], before)
     img.update_pyramid(method="nearest")
     np.testing.assert_array_equal(img[1][...], (data + 1)[::2, ::2, ::2])
+
+
+def _start_then_wait(started: Any, release: Any) -> None:
+    started.set()
+    release.wait()
+
+
+def test_unit_locks_of_a_hold_end_with_it_even_when_a_child_was_forked_meanwhile(tmp_path):
+    """A hold's locks belong to its open file; a child forked while it ran shares that
+    file and must not keep the lock after the parent's hold ended."""
+    import fcntl
+    import struct
+
+    from linumpy_gpu.io.files import LOCK_FILE, UnitLocks
+
+    if not hasattr(fcntl, "F_OFD_SETLK"):
+        pytest.skip("open-file-description locks are Linux's")
+    folder = tmp_path / "array"
+    folder.mkdir()
+    locks = UnitLocks(str(folder))
+    ctx = multiprocessing.get_context("fork")
+    started, release = ctx.Event(), ctx.Event()
+    with locks.hold([7]):
+        child = ctx.Process(target=_start_then_wait, args=(started, release))
+        child.start()
+    started.wait()  # the child runs (its copies of the parent's files are closed by now)
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR)
+        try:  # free now (a non-blocking try), though the child still runs
+            flock = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 7, 1, 0)
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, flock)
+        finally:
+            os.close(fd)
+        assert child.is_alive()
+    finally:
+        release.set()
+        child.join()
+
+
+def test_a_hold_on_a_removed_store_is_a_store_error_and_makes_nothing(tmp_path):
+    import shutil
+
+    from linumpy_gpu.io.files import UnitLocks
+
+    folder = tmp_path / "img.zarr" / "0"
+    folder.mkdir(parents=True)
+    locks = UnitLocks(str(folder))
+    shutil.rmtree(tmp_path / "img.zarr")
+    with pytest.raises(lg.StoreError, match="was removed"), locks.hold([0]):
+        pass
+    assert not (tmp_path / "img.zarr").exists()
+
+
+def test_units_are_locked_as_runs():
+    from linumpy_gpu.io.files import MAX_LOCK_SPANS, _spans
+
+    assert _spans([1, 2, 3, 7, 9, 10]) == [(1, 3), (7, 1), (9, 2)]
+    scattered = list(range(0, 4 * MAX_LOCK_SPANS, 2))  # too many runs: one range
+    assert _spans(scattered) == [(0, scattered[-1] + 1)]
