@@ -275,20 +275,20 @@ class ChunkedArrayWriter:
                 finally:  # never close the file under a write still running
                     if pending is not None:
                         pending.result()
-                raw_index = index.tobytes()
-                f.write(raw_index)
-                if layout.shard_index.crc32c:
-                    import google_crc32c
-
-                    f.write(google_crc32c.value(raw_index).to_bytes(4, "little"))
+                f.writelines(_index_parts(index, layout.shard_index.crc32c))
         except OSError as exc:
-            self._check_folder()
-            raise ChunkWriteError(
-                f"{self.name}: writing '{key}' failed ({type(exc).__name__}: "
-                f"{exc.strerror or exc}); {self.written} objects of this array were written "
-                "before it, each whole"
-            ) from exc
+            raise self._write_failed(key, exc, self.written) from exc
         self.written += 1
+
+    def _write_failed(self, key: str, exc: OSError, written: int) -> Exception:
+        """The error for a file of ``key`` that could not be written: StoreError where the
+        store went away meanwhile, else ChunkWriteError."""
+        self._check_folder()
+        return ChunkWriteError(
+            f"{self.name}: writing '{key}' failed ({type(exc).__name__}: "
+            f"{exc.strerror or exc}); {written} objects of this array were written before "
+            "it, each whole"
+        )
 
     def _region(
         self, coords: tuple[int, ...], chunk: tuple[int, ...], origin: list[int]
@@ -337,12 +337,7 @@ class ChunkedArrayWriter:
             try:
                 self._put(key, blob)
             except OSError as exc:
-                self._check_folder()  # a file that could not land: the store went away?
-                raise ChunkWriteError(
-                    f"{self.name}: writing '{key}' failed ({type(exc).__name__}: "
-                    f"{exc.strerror or exc}); {self.written + len(done)} objects of this array "
-                    "were written before it, each whole"
-                ) from exc
+                raise self._write_failed(key, exc, self.written + len(done)) from exc
             done.append(key)
 
         if self._root is not None and len(keys) > 1:
@@ -416,8 +411,6 @@ def _assemble_shard(
     and, where the array's index codecs say so (``crc32c``), its checksum, as zarr's
     sharding codec (index at the end) lays them out: the pieces of the shard's file,
     written one after another without joining them in memory."""
-    import google_crc32c
-
     index = np.full((len(frames), 2), np.iinfo(np.uint64).max, dtype="<u8")
     parts: list[Buffer] = []
     offset = 0
@@ -427,11 +420,16 @@ def _assemble_shard(
         index[i] = (offset, len(f))
         parts.append(f)
         offset += len(f)
-    raw_index = index.tobytes()
-    parts.append(raw_index)
-    if crc32c:
-        parts.append(google_crc32c.value(raw_index).to_bytes(4, "little"))
-    return parts
+    return parts + _index_parts(index, crc32c)
+
+
+def _index_parts(index: np.ndarray, crc32c: bool) -> list[Buffer]:
+    """A shard's index (little-endian offset and size per inner chunk) as the file's last
+    bytes, and its CRC-32C where the array's index codecs call for one."""
+    import google_crc32c
+
+    raw = index.tobytes()
+    return [raw, google_crc32c.value(raw).to_bytes(4, "little")] if crc32c else [raw]
 
 
 def check_write_bounds(region: Any, shape: tuple[int, ...]) -> None:
