@@ -63,8 +63,9 @@ class Level:
         codecs = list(getattr(array.metadata, "codecs", ()) or ())
         while codecs:
             codec = codecs.pop(0)
-            endian = getattr(getattr(codec, "endian", None), "value", None)
-            if endian is not None and dtype.itemsize > 1:
+            endian = getattr(codec, "endian", None)
+            endian = getattr(endian, "value", endian)  # an Enum, or text in newer zarr
+            if endian in ("big", "little") and dtype.itemsize > 1:
                 return dtype.newbyteorder("<" if endian == "little" else ">")
             codecs[:0] = list(getattr(codec, "codecs", ()) or ())
         return dtype
