@@ -32,6 +32,7 @@ from linumpy_gpu.errors import (
 )
 from linumpy_gpu.io.files import (
     UnitLocks,
+    identity,
     remove_stale_partials,
     replacing,
     write_file_atomically,
@@ -94,7 +95,7 @@ class ChunkedArrayWriter:
         self._folder_identity: tuple[int, int] | None = None
         if self._root is not None:
             self._folder = os.path.join(os.fspath(self._root), *self._prefix.split("/"))
-            self._folder_identity = _identity(self._folder)
+            self._folder_identity = identity(self._folder)
         if locking and self._folder is not None:
             self._locks = UnitLocks(self._folder)
 
@@ -364,7 +365,7 @@ class ChunkedArrayWriter:
         writer opened (the store was replaced or removed while the write ran)."""
         if self._folder is None or self._folder_identity is None:
             return
-        if _identity(self._folder) != self._folder_identity:
+        if identity(self._folder) != self._folder_identity:
             raise StoreError(
                 f"'{self.name}' was replaced or removed while this write ran: it stopped. "
                 "Files it wrote just as the store was swapped may have landed in the new "
@@ -385,15 +386,6 @@ class ChunkedArrayWriter:
             remove_stale_partials(folder)
             self._made_dirs.add(folder)
         return path
-
-
-def _identity(folder: str) -> tuple[int, int] | None:
-    """Which folder ``folder`` names now (device and inode), or None where it is gone."""
-    try:
-        found = os.stat(folder)
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino
 
 
 def _append_parts(f: Any, parts: list[Buffer], release: Callable[[], None]) -> None:

@@ -402,6 +402,16 @@ def _renameat2(a: str, b: str) -> bool:
     raise StoreError(f"could not swap '{a}' into '{b}': {os.strerror(err)}")
 
 
+def identity(path: str) -> tuple[int, int] | None:
+    """Which file or folder ``path`` names now (device and inode), or None where it is
+    gone: the same path naming another one means it was replaced."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 class UnitLocks:
     """Exclusive locks on the storage units (chunks, or shards) of one array in a local
     store, held while a writer reads, modifies and replaces them.
@@ -441,15 +451,8 @@ class UnitLocks:
                 fd = _held.add(self._open())
                 for start, length in spans:
                     _lock_bytes(fd, start, length)
-                try:
-                    current = os.stat(self.path)
-                except FileNotFoundError:
-                    current = None
                 held = os.fstat(fd)
-                if current is not None and (current.st_dev, current.st_ino) == (
-                    held.st_dev,
-                    held.st_ino,
-                ):
+                if identity(self.path) == (held.st_dev, held.st_ino):
                     break
                 _held.close(fd)  # the store was replaced while we waited: the new file
                 fd = -1
