@@ -37,7 +37,7 @@ _BOUNDED: dict[str, Callable[[memoryview, int, dict[str, Any]], Any]] = {
     "gzip": lambda data, limit, config: deflate.decode(data, limit, "gzip"),
     "zlib": lambda data, limit, config: deflate.decode(data, limit, "zlib"),
     "lz4": lambda data, limit, config: lz4.decode(data, limit),
-    "crc32c": lambda data, limit, config: crc32c.strip(data),
+    "crc32c": lambda data, limit, config: crc32c.strip(data, config.get("location", "end")),
 }
 
 

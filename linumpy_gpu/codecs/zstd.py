@@ -38,24 +38,30 @@ def frame_sizes(data: Any) -> list[int | None]:
     none), walking every frame to its end: zstd data may be several frames back to back,
     and skippable frames (which decode to nothing) count as 0. Raises :class:`CodecError`
     where the frames do not walk to the end of the data."""
+    return [declared for _, _, declared in _frames(data)]
+
+
+def _frames(data: Any) -> list[tuple[int, int, int | None]]:
+    """(start, end, declared size) of each frame of ``data``, as :func:`frame_sizes` walks
+    them; a skippable frame's end is its start (it holds nothing to decode)."""
     view = memoryview(data).cast("B")
-    sizes: list[int | None] = []
+    frames: list[tuple[int, int, int | None]] = []
     pos = 0
     while pos < len(view):
-        if len(view) - pos < 8 and not sizes:
+        if len(view) - pos < 8 and not frames:
             raise CodecError("zstd: shorter than a frame header")
         magic = int.from_bytes(view[pos : pos + 4], "little")
         if magic & 0xFFFFFFF0 == 0x184D2A50:  # a skippable frame: a length, then that many bytes
             length = int.from_bytes(view[pos + 4 : pos + 8], "little")
+            frames.append((pos, pos, 0))
             pos += 8 + length
-            sizes.append(0)
             continue
         end, declared = _frame(view, pos)
-        sizes.append(declared)
+        frames.append((pos, end, declared))
         pos = end
-    if pos != len(view) or not sizes:
+    if pos != len(view) or not frames:
         raise CodecError("zstd: the frames do not end where the data ends")
-    return sizes
+    return frames
 
 
 def _frame(view: memoryview, pos: int) -> tuple[int, int | None]:
@@ -122,7 +128,8 @@ def decode(data: Any, limit: int) -> Any:
     can produce where they declare none."""
     import numcodecs
 
-    sizes = frame_sizes(data)
+    frames = _frames(data)
+    sizes = [declared for _, _, declared in frames]
     if all(n is not None for n in sizes):
         total = sum(n or 0 for n in sizes)
         if total > limit:
@@ -136,8 +143,18 @@ def decode(data: Any, limit: int) -> Any:
             except Exception as exc:  # numcodecs raises RuntimeError/ValueError with zstd's reason
                 raise CodecError(f"zstd (CPU): {type(exc).__name__}: {_first_line(exc)}") from exc
         return out
-    if len(sizes) != 1:
-        raise CodecError("zstd: several frames, some without a declared size")
+    if len(frames) != 1:
+        # frames decoded one by one, each within what the limit leaves (streaming writers
+        # give several frames without sizes)
+        view = memoryview(data).cast("B")
+        parts = []
+        left = limit
+        for start, end, declared in frames:
+            if end > start:
+                part = _decode_frame(view[start:end], declared, left)
+                left -= part.size
+                parts.append(part)
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.uint8)
     most = most_output(data)
     if most is None:
         raise CodecError("zstd: not a zstd frame, or its block headers are damaged")
@@ -152,6 +169,30 @@ def decode(data: Any, limit: int) -> Any:
     except Exception as exc:  # numcodecs raises RuntimeError/ValueError with zstd's reason
         raise CodecError(f"zstd (CPU): {type(exc).__name__}: {_first_line(exc)}") from exc
     return out
+
+
+# What a frame of several without a declared size may decode to beyond what the chunk has
+# left: its size is known only once decoded, so this much more memory may be used first.
+_UNSIZED_SLACK = 64 << 20
+
+
+def _decode_frame(frame: memoryview, declared: int | None, left: int) -> np.ndarray:
+    """One frame of several: at most ``left`` bytes, its own size unknown beforehand where
+    it declares none (bounded then by what its blocks can produce)."""
+    import numcodecs
+
+    bound = declared if declared is not None else most_output(frame)
+    if bound is None:
+        raise CodecError("zstd: not a zstd frame, or its block headers are damaged")
+    if bound > left + (0 if declared is not None else _UNSIZED_SLACK):
+        raise CodecError(f"zstd: a frame can decode to {bound} bytes, more than the {left} left")
+    try:
+        part = np.frombuffer(numcodecs.Zstd().decode(frame), dtype=np.uint8)
+    except Exception as exc:  # numcodecs raises RuntimeError/ValueError with zstd's reason
+        raise CodecError(f"zstd (CPU): {type(exc).__name__}: {_first_line(exc)}") from exc
+    if part.size > left:
+        raise CodecError(f"zstd: the frames decode to more than the {left} bytes left")
+    return part
 
 
 def decode_into(frame: Any, out: np.ndarray) -> str | None:

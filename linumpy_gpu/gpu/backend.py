@@ -75,9 +75,12 @@ _local = threading.local()
 
 
 def gpu_decodable(fmt: ChunkFormat) -> bool:
-    """True when the chain is zstd (optionally followed by crc32c): decoded by nvCOMP."""
+    """True when the chain is zstd (optionally followed by zarr's crc32c, the checksum
+    after the bytes): decoded by nvCOMP."""
     names = [c.name for c in fmt.codecs]
-    return names in (["zstd"], ["zstd", "crc32c"])
+    if names == ["zstd", "crc32c"]:
+        return fmt.codecs[1].config.get("location", "end") == "end"
+    return names == ["zstd"]
 
 
 def read_scratch_budget(

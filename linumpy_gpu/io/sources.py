@@ -105,6 +105,13 @@ def open_regular(path: str) -> tuple[int, os.stat_result] | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except (FileNotFoundError, NotADirectoryError):
+        if os.path.islink(path):
+            # a link to a missing file (git-annex or DataLad content not fetched): the
+            # object exists but its bytes are elsewhere, so reading it as empty is wrong
+            raise StoreError(
+                f"'{path}' is a link to '{os.readlink(path)}', which does not exist (content "
+                "not fetched, or moved?)"
+            ) from None
         return None
     except PermissionError as exc:
         raise StorePermissionError(f"'{path}': permission denied ({exc.strerror})") from exc

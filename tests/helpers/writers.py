@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numcodecs
 import numpy as np
 import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, TransposeCodec, ZstdCodec
+
+with warnings.catch_warnings():  # "not in the zarr v3 specification": the point here
+    warnings.simplefilter("ignore")
+    from zarr.codecs.numcodecs import CRC32C as NumcodecsCRC32C
+
+    # numcodecs' checksum before the bytes (zarr's own crc32c codec puts it after them)
+    CRC32C_FIRST = NumcodecsCRC32C(location="start")
 
 
 def volume(shape=(23, 37, 41), dtype="u2", seed=0) -> np.ndarray:
@@ -40,6 +48,10 @@ ZARR_VARIANTS = {
         filters=[TransposeCodec(order=(2, 0, 1))],
         compressors=[ZstdCodec(level=1), Crc32cCodec()],
     ),
+    "v3-zstd-crc32c-first": dict(
+        zarr_format=3,
+        compressors=[ZstdCodec(level=3), CRC32C_FIRST],
+    ),
     "v3-sharded-zstd": dict(zarr_format=3, shards=(16, 20, 14), compressors=[ZstdCodec(level=3)]),
     "v3-sharded-blosc-crc": dict(
         zarr_format=3,
@@ -63,6 +75,7 @@ ZARR_VARIANTS = {
     "v2-zlib": dict(zarr_format=2, compressors=numcodecs.Zlib(3)),
     "v2-lz4": dict(zarr_format=2, compressors=numcodecs.LZ4()),
     "v2-uncompressed": dict(zarr_format=2, compressors=None),
+    "v2-crc32c-first": dict(zarr_format=2, compressors=numcodecs.CRC32C(location="start")),
 }
 
 

@@ -136,6 +136,17 @@ def test_a_special_file_where_a_chunk_should_be_is_a_typed_error(store, kind, de
     assert str(chunk) in str(info.value)
 
 
+def test_a_link_to_a_missing_file_where_a_chunk_should_be_is_a_typed_error(store, device):
+    """A dangling link (a git-annex or DataLad store whose content was not fetched) is a
+    stored chunk whose bytes are missing, not a chunk never written: never the fill value."""
+    chunk = store / "0" / "c" / "1" / "0" / "0"
+    chunk.unlink()
+    chunk.symlink_to("../../../.git/annex/objects/XX/SHA256E-s1234--deadbeef")
+    with pytest.raises(lg.StoreError, match="does not exist") as info:
+        lg.open_ome_zarr(store, device=device)[0][...]
+    assert str(chunk) in str(info.value)
+
+
 def test_a_special_file_in_a_shard_store_is_a_typed_error(tmp_path, device):
     path = tmp_path / "s.zarr"
     small_store(path, chunks=(4, 8, 8), shards=(8, 16, 16))

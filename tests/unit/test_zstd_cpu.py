@@ -118,3 +118,21 @@ def test_frames_back_to_back_are_one_chunk(chunk):
     assert (short == 0xEE).all()
     with pytest.raises(lg.CodecError, match="more than"):
         decode(data, raw.size - 1)
+
+
+def test_frames_without_declared_sizes_back_to_back_are_one_chunk():
+    """Streaming writers give several frames without a content size: each is decoded
+    within what the chunk has left, and the chunk is refused where they hold too much."""
+    from linumpy_gpu.codecs.zstd import decode, frame_sizes
+
+    first, second = b"a" * 500, bytes(range(256)) * 2
+    data = _raw_block_frame(first) + _raw_block_frame(second)
+    assert frame_sizes(data) == [None, None]
+    whole = first + second
+    out = np.empty(len(whole), dtype=np.uint8)
+    assert zstd_decode_into(data, out) is None
+    assert out.tobytes() == whole
+    assert bytes(decode(data, len(whole))) == whole
+    with pytest.raises(lg.CodecError, match="more than"):
+        decode(data, len(whole) - 1)
+    assert "more than" in zstd_decode_into(data, np.empty(len(whole) - 1, dtype=np.uint8))
