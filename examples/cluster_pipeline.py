@@ -52,7 +52,10 @@ def start_cluster(gpu: bool, workers: int | None) -> Any:
     from distributed import LocalCluster
 
     return LocalCluster(
-        n_workers=workers or 2, threads_per_worker=1, processes=True, dashboard_address=None
+        n_workers=2 if workers is None else workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
     )
 
 
@@ -124,7 +127,7 @@ def check(source: Path, target: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workers", type=int, help="workers (default: one per GPU, or 2)")
+    ap.add_argument("--workers", type=_positive, help="workers (default: one per GPU, or 2)")
     ap.add_argument("--cpu", action="store_true", help="a CPU cluster even where a GPU is")
     ap.add_argument("--keep", type=Path, help="write the stores here instead of a temp folder")
     args = ap.parse_args()
@@ -135,6 +138,13 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         run(Path(tmp), gpu, args.workers)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"needs at least 1 worker, got {value}")
+    return value
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ python examples/read_sample.py [path]
 
 from __future__ import annotations
 
-import sys
+import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -51,8 +51,13 @@ def main(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        main(Path(sys.argv[1]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "path", nargs="?", type=Path, help="where the sample is kept (default: a temp folder)"
+    )
+    args = ap.parse_args()
+    if args.path is not None:
+        main(args.path)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             main(Path(tmp) / "sample.ome.zarr")

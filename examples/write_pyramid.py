@@ -1,13 +1,13 @@
 """Reconstruct-and-save: write a volume with a pyramid and labels, patch a slab, refresh.
 
-    python examples/write_pyramid.py [out.ome.zarr]
+    python examples/write_pyramid.py [out.ome.zarr] [--overwrite]
 
 Runs on the GPU (cupy in, nvCOMP compression) when one is usable, else on the CPU.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 import tempfile
 from pathlib import Path
 
@@ -17,18 +17,18 @@ import linumpy_gpu as lg
 from linumpy_gpu.sample import sample_volume
 
 
-def main(path: Path) -> None:
+def main(path: Path, overwrite: bool = False) -> None:
     volume = sample_volume()
     try:
-        import cupy
-
         from linumpy_gpu.gpu import require_gpu
 
-        require_gpu()
+        require_gpu()  # says what is missing where the GPU cannot be used
+        import cupy
+
         volume = cupy.asarray(volume)
         device = "gpu"
-    except Exception as exc:  # no GPU stack here: same API on the CPU
-        print(f"writing on the CPU ({exc.__class__.__name__})")
+    except lg.GpuUnavailableError as exc:  # no GPU stack here: same API on the CPU
+        print(f"writing on the CPU: {exc}")
         device = "cpu"
     img = lg.write_ome_zarr(
         path,
@@ -37,7 +37,7 @@ def main(path: Path) -> None:
         units=("micrometer",) * 3,
         scale=(3.5, 1.5, 1.5),
         levels=3,
-        overwrite=True,
+        overwrite=overwrite,  # an existing store at path is replaced only when asked
         progress=True,
     )
     xp = np if device == "cpu" else cupy
@@ -51,8 +51,12 @@ def main(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        main(Path(sys.argv[1]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("path", nargs="?", type=Path, help="where to write (default: a temp folder)")
+    ap.add_argument("--overwrite", action="store_true", help="replace a store already there")
+    args = ap.parse_args()
+    if args.path is not None:
+        main(args.path, args.overwrite)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             main(Path(tmp) / "recon.ome.zarr")

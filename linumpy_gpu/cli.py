@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from linumpy_gpu import __version__
+from linumpy_gpu.io.files import INCOMPLETE_MARKER
 
 if TYPE_CHECKING:
     from linumpy_gpu.image import MultiscaleImage
@@ -35,8 +36,6 @@ COPY_BLOCK_BYTES = 256 << 20
 DASK_BLOCK_LIMIT = 1 << 30
 # bench reads level 0, or a region of it of at most this many bytes
 BENCH_LIMIT = 2 << 30
-# marks a store whose write has not finished (as linumpy_gpu.write does)
-INCOMPLETE_MARKER = "linumpy_gpu"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -411,17 +410,16 @@ def _check_image(image: MultiscaleImage, report: _Report, parent: Any = None) ->
             )
     dtypes = [str(lv.dtype) for lv in image.levels]
     if len(set(dtypes)) > 1:
-        report.error(f"{where}: levels have different dtypes {dtypes}; NGFF needs one dtype")
+        # the spec asks for one dtype (SHOULD), so readers cope: a warning, as on opening
+        report.warning(f"{where}: levels have different dtypes {dtypes}; NGFF expects one dtype")
     _check_dimension_names(image, report)
     _check_shapes(image, report)
     ic = _channel_axis(image)
-    if image.channels and ic is not None:
-        n = image.levels[0].shape[ic]
+    if image.channels:
+        n = 1 if ic is None else image.levels[0].shape[ic]
         if len(image.channels) != n:
-            report.warning(
-                f"{where}: omero lists {len(image.channels)} channel(s) for a channel axis "
-                f"of length {n}"
-            )
+            axis = "no channel axis" if ic is None else f"a channel axis of length {n}"
+            report.warning(f"{where}: omero lists {len(image.channels)} channel(s) for {axis}")
     if parent is not None or image.image_label is not None:
         if image.levels[0].dtype.kind not in "iu":
             report.error(f"{where}: label images need an integer dtype, not {dtypes[0]}")
@@ -545,9 +543,34 @@ def _inspect(args: argparse.Namespace) -> int:
     opened = open_ome_zarr(args.path)
     if not args.json:
         print(opened)
+        for line in _members(opened):
+            print(f"  {line}")
         return 0
     print(to_json(describe(opened)))
     return 0
+
+
+def _members(opened: Any) -> Iterator[str]:
+    """One line per well of a plate (its fields), field of a well or series of a
+    collection (what it holds); a member that does not open says why."""
+    from linumpy_gpu.errors import LinumpyGpuError
+    from linumpy_gpu.image import Plate, SeriesCollection, Well
+
+    if isinstance(opened, Plate):
+        for path in opened:
+            try:
+                fields = [f.path for f in opened[path].fields]
+            except LinumpyGpuError as exc:
+                yield f"{path}: {type(exc).__name__}: {exc}"
+                continue
+            yield f"{path}: {len(fields)} field(s): {', '.join(fields)}"
+    elif isinstance(opened, Well | SeriesCollection):
+        names = [f.path for f in opened.fields] if isinstance(opened, Well) else range(len(opened))
+        for i, name in enumerate(names):
+            try:
+                yield f"{name}: {_describe_short(opened[i])}"
+            except LinumpyGpuError as exc:
+                yield f"{name}: {type(exc).__name__}: {exc}"
 
 
 def describe(opened: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import itertools
 import math
 import numbers
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,13 +30,7 @@ from linumpy_gpu.errors import (
     UnsupportedWriteError,
     WriteError,
 )
-from linumpy_gpu.io.files import (
-    UnitLocks,
-    identity,
-    remove_stale_partials,
-    replacing,
-    write_file_atomically,
-)
+from linumpy_gpu.io.files import OpenFolder, UnitLocks, identity
 
 # Stored bytes: ordinary bytes, or a view of the memory an encoder landed them in
 Buffer = bytes | memoryview
@@ -89,9 +83,8 @@ class ChunkedArrayWriter:
         self._prefix = f"{prefix}/" if prefix else ""
         self._root = getattr(self.store, "root", None)
         self.written = 0
-        self._made_dirs: set[str] = set()
         self._locks = None
-        self._folder = None
+        self._folder: str | None = None
         self._folder_identity: tuple[int, int] | None = None
         if self._root is not None:
             self._folder = os.path.join(os.fspath(self._root), *self._prefix.split("/"))
@@ -133,7 +126,7 @@ class ChunkedArrayWriter:
         lo = [s // u * u for s, u in zip(starts, unit, strict=True)]
         hi = [min(-(-e // u) * u, n) for e, u, n in zip(stops, unit, layout.shape, strict=True)]
         aligned = lo == starts and hi == stops
-        with self._locked(lo, hi, unit):
+        with self._locked(lo, hi, unit), self._opened_folder() as folder:
             if aligned and not scalar:
                 data = value
             else:  # read-modify-write of the partly covered units
@@ -150,7 +143,28 @@ class ChunkedArrayWriter:
                     slice(s - a, e - a) for s, e, a in zip(starts, stops, lo, strict=True)
                 )
                 data[inner] = value
-            self._write_units(data, lo, progress)
+            self._write_units(data, lo, progress, folder)
+            if folder is not None and folder.replaced():
+                raise StoreError(
+                    f"'{self.name}' was replaced or removed while this write ran: what it "
+                    "wrote went to the store it began in, none of it to the new one. Write "
+                    "again after opening the new store"
+                )
+
+    @contextlib.contextmanager
+    def _opened_folder(self) -> Iterator[OpenFolder | None]:
+        """The array's folder held open for one write (local stores; None for others):
+        files go into the folder the write began in, whatever its path names meanwhile."""
+        if self._folder is None:
+            yield None
+            return
+        with OpenFolder(self._folder) as folder:
+            if folder.identity != self._folder_identity:
+                raise StoreError(
+                    f"'{self.name}' was replaced or removed after it was opened: open it "
+                    "again to write to the new store"
+                )
+            yield folder
 
     def _locked(self, lo: list[int], hi: list[int], unit: tuple[int, ...]) -> Any:
         """The locks of the units between ``lo`` and ``hi`` (element bounds), held."""
@@ -166,7 +180,9 @@ class ChunkedArrayWriter:
 
     # -- stages ---------------------------------------------------------------------------
 
-    def _write_units(self, data: Any, origin: list[int], progress: Any) -> None:
+    def _write_units(
+        self, data: Any, origin: list[int], progress: Any, folder: OpenFolder | None
+    ) -> None:
         layout = self.layout
         unit = layout.shard_shape or layout.chunk_shape
         grid = [
@@ -182,12 +198,12 @@ class ChunkedArrayWriter:
             if (
                 layout.shard_shape is not None
                 and per_unit > self.batch_bytes
-                and self._root is not None
+                and folder is not None
             ):
                 # a shard larger than a batch: its file is written as its chunks are
                 # encoded, a batch at a time, so no shard is ever held whole
                 for shard in units:
-                    self._write_shard_in_parts(data, origin, shard, putter)
+                    self._write_shard_in_parts(data, origin, shard, putter, folder)
                     if progress is not None:
                         progress.update(1)
                 return
@@ -202,7 +218,7 @@ class ChunkedArrayWriter:
                 except BaseException:
                     release()  # the previous batch failed: this one is never written
                     raise
-                pending = putter.submit(self._put_all, keys, blobs, release)
+                pending = putter.submit(self._put_all, keys, blobs, release, folder)
                 if progress is not None:
                     progress.update(len(batch))
             if pending is not None:
@@ -235,7 +251,12 @@ class ChunkedArrayWriter:
         return shards, release
 
     def _write_shard_in_parts(
-        self, data: Any, origin: list[int], shard: tuple[int, ...], putter: ThreadPoolExecutor
+        self,
+        data: Any,
+        origin: list[int],
+        shard: tuple[int, ...],
+        putter: ThreadPoolExecutor,
+        folder: OpenFolder,
     ) -> None:
         """One shard's file (local stores), its inner chunks encoded a batch at a time and
         appended while the next batch encodes; the index goes last, as in
@@ -254,7 +275,7 @@ class ChunkedArrayWriter:
         index = np.full((len(regions), 2), np.iinfo(np.uint64).max, dtype="<u8")
         key = self._prefix + layout.storage_key(shard)
         try:
-            with replacing(self._local_path(key)) as tmp, open(tmp, "wb") as f:
+            with folder.new_file(layout.storage_key(shard)) as f:
                 offset = 0
                 pending = None
                 try:
@@ -284,7 +305,11 @@ class ChunkedArrayWriter:
     def _write_failed(self, key: str, exc: OSError, written: int) -> Exception:
         """The error for a file of ``key`` that could not be written: StoreError where the
         store went away meanwhile, else ChunkWriteError."""
-        self._check_folder()
+        if self._folder is not None and identity(self._folder) != self._folder_identity:
+            return StoreError(
+                f"'{self.name}' was replaced or removed while this write ran: it stopped, "
+                "and none of it went to a new store there"
+            )
         return ChunkWriteError(
             f"{self.name}: writing '{key}' failed ({type(exc).__name__}: "
             f"{exc.strerror or exc}); {written} objects of this array were written before "
@@ -320,15 +345,21 @@ class ChunkedArrayWriter:
         return out, encoded.release
 
     def _put_all(
-        self, keys: list[str], blobs: Sequence[Blob | None], release: Callable[[], None]
+        self,
+        keys: list[str],
+        blobs: Sequence[Blob | None],
+        release: Callable[[], None],
+        folder: OpenFolder | None,
     ) -> None:
         """Write each blob to its key, then give back the memory the blobs lie in."""
         try:
-            self._put_blobs(keys, blobs)
+            self._put_blobs(keys, blobs, folder)
         finally:
             release()
 
-    def _put_blobs(self, keys: list[str], blobs: Sequence[Blob | None]) -> None:
+    def _put_blobs(
+        self, keys: list[str], blobs: Sequence[Blob | None], folder: OpenFolder | None
+    ) -> None:
         done: list[str] = []
 
         def put(item: tuple[str, Blob | None]) -> None:
@@ -336,12 +367,12 @@ class ChunkedArrayWriter:
             if blob is None:  # a unit wholly outside the array: nothing to store
                 return
             try:
-                self._put(key, blob)
+                self._put(key, blob, folder)
             except OSError as exc:
                 raise self._write_failed(key, exc, self.written + len(done)) from exc
             done.append(key)
 
-        if self._root is not None and len(keys) > 1:
+        if folder is not None and len(keys) > 1:
             with ThreadPoolExecutor(min(32, len(keys))) as pool:
                 list(pool.map(put, zip(keys, blobs, strict=True)))
         else:
@@ -349,8 +380,8 @@ class ChunkedArrayWriter:
                 put(item)
         self.written += len(done)
 
-    def _put(self, key: str, blob: Blob) -> None:
-        if self._root is None:
+    def _put(self, key: str, blob: Blob, folder: OpenFolder | None) -> None:
+        if folder is None:
             from zarr.core.buffer import default_buffer_prototype
             from zarr.core.sync import sync
 
@@ -358,34 +389,7 @@ class ChunkedArrayWriter:
             whole = b"".join(blob) if isinstance(blob, list) else bytes(blob)
             sync(self.store.set(key, default_buffer_prototype().buffer.from_bytes(whole)))
             return
-        write_file_atomically(self._local_path(key), blob)
-
-    def _check_folder(self) -> None:
-        """Raise :class:`StoreError` where the array's folder is no longer the one this
-        writer opened (the store was replaced or removed while the write ran)."""
-        if self._folder is None or self._folder_identity is None:
-            return
-        if identity(self._folder) != self._folder_identity:
-            raise StoreError(
-                f"'{self.name}' was replaced or removed while this write ran: it stopped. "
-                "Files it wrote just as the store was swapped may have landed in the new "
-                "store: write those regions of the new store again, after opening it anew"
-            )
-
-    def _local_path(self, key: str) -> str:
-        """The file of ``key`` in the local store, its folder made (and cleared of what an
-        earlier write of it, killed midway, left there). Refuses to go on where the array's
-        folder is no longer the one this writer opened: the store was replaced meanwhile,
-        and the rest of this write would land in the replacement."""
-        assert self._root is not None  # a local store's writer
-        self._check_folder()
-        path = os.path.join(os.fspath(self._root), *key.split("/"))
-        folder = os.path.dirname(path)
-        if folder not in self._made_dirs:
-            os.makedirs(folder, exist_ok=True)
-            remove_stale_partials(folder)
-            self._made_dirs.add(folder)
-        return path
+        folder.write(key[len(self._prefix) :], blob)
 
 
 def _append_parts(f: Any, parts: list[Buffer], release: Callable[[], None]) -> None:

@@ -387,7 +387,11 @@ def dask_chunks(level: Level, chunks: Any) -> tuple[tuple[int, ...], ...]:
         chunks = grouped_block(level.shape, unit, level.dtype.itemsize, target)
     try:
         blocks = da.core.normalize_chunks(chunks, level.shape, dtype=level.dtype)
-    except (ValueError, TypeError, ZeroDivisionError) as exc:  # 0: dask divides by it
+    except ZeroDivisionError as exc:  # dask divides by a block size of 0
+        raise InvalidArgumentError(
+            f"chunks {chunks!r} for shape {level.shape}: block sizes must be at least 1"
+        ) from exc
+    except (ValueError, TypeError) as exc:
         raise InvalidArgumentError(f"chunks {chunks!r} for shape {level.shape}: {exc}") from exc
     # dask passes negative and fractional sizes through: blocks that do not tile the level
     # would read part of it

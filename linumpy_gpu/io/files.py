@@ -22,15 +22,24 @@ import socket
 import struct
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from linumpy_gpu.errors import StoreError, StoreExistsError, StorePermissionError
+from linumpy_gpu.errors import (
+    LinumpyGpuWarning,
+    StoreError,
+    StoreExistsError,
+    StorePermissionError,
+)
 
 STAGING_SUFFIX = ".linumpy-gpu-partial"
 LOCK_FILE = ".linumpy-gpu.lock"
 # Files whose presence at a folder's top level makes it a zarr store (or group, or array).
 ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray", ".zattrs")
+# The attribute a store's root holds while linumpy_gpu writes it where it cannot be built
+# beside (object stores): the store is incomplete until the write removes it.
+INCOMPLETE_MARKER = "linumpy_gpu"
 
 
 # Files this process replaced, counted: a reader's cached view of a file (a shard's index)
@@ -44,14 +53,24 @@ def generation(path: str) -> int:
     return _generations.get(path, 0)
 
 
+def _partial_name(name: str) -> str:
+    """A temporary name for a new version of the file ``name``, in the same folder: named
+    by host and process, so a later writer can tell one a killed process left."""
+    return f".{name}.{_HOST}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"
+
+
+def _replaced(path: str) -> None:
+    with _generations_lock:
+        _generations[path] = _generations.get(path, 0) + 1
+
+
 @contextlib.contextmanager
 def replacing(path: str) -> Iterator[str]:
     """A temporary path in ``path``'s folder for the block to write the new file to; it is
     renamed to ``path`` when the block ends, so readers see the old file or the new one,
     never part of either, and removed if the block fails."""
     folder, name = os.path.split(path)
-    # named by host and process, so a later writer can tell one left by a killed process
-    tmp = os.path.join(folder, f".{name}.{_HOST}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
+    tmp = os.path.join(folder, _partial_name(name))
     try:
         yield tmp
         os.replace(tmp, path)
@@ -60,18 +79,96 @@ def replacing(path: str) -> Iterator[str]:
             os.unlink(tmp)
         raise
     finally:
-        with _generations_lock:
-            _generations[path] = _generations.get(path, 0) + 1
+        _replaced(path)
 
 
-def write_file_atomically(path: str, data: bytes | memoryview | list[bytes | memoryview]) -> None:
-    """Write ``data`` (one buffer, or a list of buffers written back to back) to ``path``
-    through :func:`replacing`."""
-    with replacing(path) as tmp, open(tmp, "wb") as f:
-        if isinstance(data, list):
-            f.writelines(data)
-        else:
-            f.write(data)
+class OpenFolder:
+    """A local folder held open while a write runs, and the files the write makes in it.
+
+    Files are created and renamed relative to the open folder, not by path: where the
+    folder's path comes to name another folder meanwhile (the store was replaced while the
+    write ran), the rest of the write lands in the folder it began in and never in the
+    store that replaced it. :meth:`replaced` tells the writer so it can say what happened.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self._fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError as exc:
+            raise StoreError(f"'{path}' was removed: nothing was written") from exc
+        found = os.fstat(self._fd)
+        self.identity = (found.st_dev, found.st_ino)
+        self._made: set[str] = set()
+        self._made_lock = threading.Lock()
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+    def __enter__(self) -> OpenFolder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def replaced(self) -> bool:
+        """Whether the folder's path names another folder now, or nothing."""
+        return identity(self.path) != self.identity
+
+    @contextlib.contextmanager
+    def new_file(self, name: str) -> Iterator[Any]:
+        """The file ``name`` ('/'-separated, relative to the folder; its folders made)
+        opened for writing under a temporary name, renamed to ``name`` when the block
+        ends, so readers see the old file or the new one, never part of either; removed
+        if the block fails."""
+        sub, _, base = name.rpartition("/")
+        folder = self._subfolder(sub)
+        tmp = _partial_name(base)
+        try:
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=folder
+            )
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    yield f
+                os.replace(tmp, base, src_dir_fd=folder, dst_dir_fd=folder)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=folder)
+                raise
+            finally:
+                _replaced(os.path.join(self.path, *name.split("/")))
+        finally:
+            if folder != self._fd:
+                os.close(folder)
+
+    def write(self, name: str, data: bytes | memoryview | list[bytes | memoryview]) -> None:
+        """Write ``data`` (one buffer, or buffers written back to back) to the file
+        ``name`` through :meth:`new_file`."""
+        with self.new_file(name) as f:
+            if isinstance(data, list):
+                f.writelines(data)
+            else:
+                f.write(data)
+
+    def _subfolder(self, sub: str) -> int:
+        """An open descriptor of the folder ``sub`` below this one (made where missing,
+        and cleared of what an earlier write killed midway left there the first time)."""
+        if not sub:
+            return self._fd
+        with self._made_lock:  # made whole before any thread opens it
+            first = sub not in self._made
+            if first:
+                parent = ""
+                for part in sub.split("/"):
+                    parent = f"{parent}/{part}" if parent else part
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(parent, dir_fd=self._fd)
+                self._made.add(sub)
+        folder = os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self._fd)
+        if first:
+            remove_stale_partials(folder)
+        return folder
 
 
 def is_zarr_store(path: str) -> bool:
@@ -90,7 +187,7 @@ def local_document(folder: str, name: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(folder, name), "rb") as f:
             return json_object(f.read())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError:
         return {}
@@ -118,58 +215,99 @@ def replace_refusal(
     read: DocumentReader, target: str, parents: Iterable[str], below: Iterable[str] = ()
 ) -> str | None:
     """Why the zarr node ``target`` may not be replaced by a new image, or None: it is an
-    array, it lies inside a multiscale image (its levels, its labels) or is part of a
-    collection of images, which it would break, or it holds images of its own that it
-    would delete. ``parents``: the nodes above ``target``, nearest first; the walk stops at
-    the first that is not a zarr group. ``below``: the zarr groups under ``target``."""
+    array, it lies inside a multiscale image (its levels, its labels) or an array, it is
+    part of a collection of images, which it would break, or it holds images or arrays of
+    its own that it would delete. ``parents``: the nodes above ``target``, nearest first.
+    ``below``: the zarr nodes under ``target``."""
     v3 = read(target, "zarr.json")
-    if read(target, ".zarray") is not None or (v3 or {}).get("node_type") == "array":
+    if _is_array(read, target, v3):
         return "is a zarr array"
     own = _ome_keys(v3, read(target, ".zattrs"))
     for key, collection in _COLLECTIONS.items():
         if key in own:
             return f"is {collection}, whose images it would delete"
-    if "multiscales" not in own:  # an image's own levels and label images go with it
-        for node in below:
-            if _ome_keys(read(node, "zarr.json"), read(node, ".zattrs")) & (
-                {"multiscales"} | set(_COLLECTIONS)
-            ):
+    # an image's own levels and label images go with it, as do the arrays of a store whose
+    # write by linumpy_gpu was interrupted
+    if "multiscales" not in own and INCOMPLETE_MARKER not in own:
+        nodes = [(node, read(node, "zarr.json")) for node in below]
+        for node, node_v3 in nodes:
+            if _ome_keys(node_v3, read(node, ".zattrs")) & ({"multiscales"} | set(_COLLECTIONS)):
                 return f"holds the OME-Zarr data at '{node}', which it would delete"
+        for node, node_v3 in nodes:
+            if _is_array(read, node, node_v3):
+                return f"holds the zarr array at '{node}', which it would delete"
+    return refusal_above(read, parents, "multiscales" in own)
+
+
+def refusal_above(
+    read: DocumentReader, parents: Iterable[str], image: bool = True, new: bool = False
+) -> str | None:
+    """Why an image may not be written at a node whose ``parents`` (nearest first) these
+    are, or None: it would lie inside another image or an array (and go when that is
+    replaced), or be a row or well of a plate, or a group of a bioformats2raw collection
+    (``image``: the node is an image itself, as a collection's series are). ``new``: the
+    node does not exist yet, and may become a label image of the image two levels up
+    (``labels/<name>``, as readers look for them)."""
+    contiguous = True  # every node up to here is a zarr group
+    nearest = None
     for distance, parent in enumerate(parents, 1):
+        nearest = nearest or parent
         v3 = read(parent, "zarr.json")
+        if _is_array(read, parent, v3):
+            return f"lies inside the zarr array at '{parent}'"
         v2 = read(parent, ".zattrs")
         if v3 is None and v2 is None and read(parent, ".zgroup") is None:
-            return None
+            contiguous = False
+            continue
         keys = _ome_keys(v3, v2)
         if "multiscales" in keys:
+            if new and distance == 2 and nearest.rstrip("/").rpartition("/")[2] == "labels":
+                return None
             return f"lies inside the image at '{parent}'"
+        if not contiguous:
+            continue
         if "plate" in keys and distance <= 2:
             # a plate's rows and wells hold its images; its fields (three down) are images
             return f"is a {('row', 'well')[distance - 1]} of the plate at '{parent}'"
-        if "bioformats2raw.layout" in keys and distance == 1 and "multiscales" not in own:
+        if "bioformats2raw.layout" in keys and distance == 1 and not image:
             # its series are images; its other groups (OME) hold the acquisition metadata
             return f"is part of the bioformats2raw collection at '{parent}'"
     return None
 
 
-def _local_groups_below(folder: str) -> Iterator[str]:
-    """The zarr groups under ``folder``, also below folders without zarr metadata (a
-    replacement would delete those too); arrays are not entered (below them lie chunks),
-    links not followed."""
+def _is_array(read: DocumentReader, node: str, v3: dict[str, Any] | None) -> bool:
+    return read(node, ".zarray") is not None or (v3 or {}).get("node_type") == "array"
+
+
+# Files a zarr group's folder holds besides its children: metadata documents
+_GROUP_FILES = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
+
+
+def _local_nodes_below(folder: str, found: list[str]) -> Iterator[str]:
+    """The zarr groups and arrays under ``folder`` (arrays are not entered: below them lie
+    chunks; links are neither followed nor counted). What is neither a node nor a metadata
+    document (a user's files beside the store's) is added to ``found``, and not entered;
+    hidden entries are left out (tools' own files, such as our locks)."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
         return
     for entry in entries:
+        if entry.name.startswith(".") or entry.is_symlink():
+            continue
         if not entry.is_dir(follow_symlinks=False):
+            if entry.name not in _GROUP_FILES:
+                found.append(entry.path)
             continue
-        if os.path.isfile(os.path.join(entry.path, ".zarray")):
+        if not is_zarr_store(entry.path):
+            found.append(entry.path)
             continue
-        if (local_document(entry.path, "zarr.json") or {}).get("node_type") == "array":
-            continue
-        if is_zarr_store(entry.path):
-            yield entry.path
-        yield from _local_groups_below(entry.path)
+        yield entry.path
+        array = os.path.isfile(os.path.join(entry.path, ".zarray")) or (
+            (local_document(entry.path, "zarr.json") or {}).get("node_type") == "array"
+        )
+        if not array:
+            yield from _local_nodes_below(entry.path, found)
 
 
 def _ome_keys(v3: dict[str, Any] | None, v2: dict[str, Any] | None) -> set[str]:
@@ -193,11 +331,19 @@ def _local_parents(folder: str) -> Iterator[str]:
 
 
 def check_replaceable(target: str, whole: bool = True) -> None:
-    """Refuse to replace ``target`` unless it is a zarr store or an empty folder: an
-    ``overwrite=True`` aimed at the wrong folder must not delete what we did not write.
-    ``whole``: ``target`` is to become an image of its own, so it may not lie inside
-    another image (a label write passes False: its label image lies inside its image)."""
+    """Refuse to write a new image at ``target`` where that would delete or break what we
+    did not write: ``target`` must be missing, an empty folder, or a zarr store holding
+    only zarr data and no other image or array than its own. ``whole``: ``target`` is to
+    become an image of its own, so it may not lie inside another image (a label write
+    passes False: its label image lies inside its image)."""
+    parents = _local_parents(target) if whole else ()
     if not os.path.lexists(target):
+        reason = refusal_above(local_document, parents, new=True)
+        if reason:
+            raise StoreExistsError(
+                f"'{target}' {reason}; refusing to write there: write the image to a path "
+                "of its own"
+            )
         return
     if os.path.islink(target) or not os.path.isdir(target):
         raise StoreExistsError(
@@ -208,15 +354,17 @@ def check_replaceable(target: str, whole: bool = True) -> None:
             f"'{target}' exists and is not a zarr store (no zarr.json, .zgroup or .zattrs at "
             "its top level); refusing to replace it: choose another path or remove it yourself"
         )
-    reason = replace_refusal(
-        local_document,
-        target,
-        _local_parents(target) if whole else (),
-        _local_groups_below(target) if whole else (),
-    )
+    foreign: list[str] = []
+    below = list(_local_nodes_below(target, foreign))
+    reason = replace_refusal(local_document, target, parents, below)
     if reason:
         raise StoreExistsError(
             f"'{target}' {reason}; refusing to replace it: write the image to a path of its own"
+        )
+    if foreign:
+        raise StoreExistsError(
+            f"'{target}' holds '{foreign[0]}', which is not part of a zarr store; refusing to "
+            "replace it: move that out first, or choose another path"
         )
     if not os.access(target, os.W_OK | os.X_OK):
         # a store made read-only is protected by its owner (and its files could not be
@@ -244,7 +392,7 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
     )
     try:
         os.makedirs(parent, exist_ok=True)
-        remove_stale_staging(parent, base)
+        restored = remove_stale_staging(parent, base)
         os.mkdir(staging)
     except OSError as exc:
         # named by the destination: the build folder is ours, not the user's
@@ -253,6 +401,12 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
         if os.path.exists(parent) and not os.path.isdir(parent):
             reason = "it is a file, not a folder"
         raise kind(f"'{target}' cannot be created in '{parent}': {reason}") from exc
+    if restored and not overwrite:
+        os.rmdir(staging)
+        raise StoreExistsError(
+            f"'{target}' exists again: a replacement of it was interrupted, and the store it "
+            "was replacing has been put back; pass overwrite=True to replace it"
+        )
     try:
         yield staging
         target = os.path.join(parent, base)
@@ -273,6 +427,14 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
         shutil.rmtree(staging, ignore_errors=True)
         raise
     shutil.rmtree(staging, ignore_errors=True)
+    if os.path.lexists(staging):
+        warnings.warn(
+            f"'{target}' was replaced, but the store it replaced could not be removed "
+            f"entirely (a read-only folder in it?): what is left of it is in '{staging}'; "
+            "remove that yourself",
+            LinumpyGpuWarning,
+            stacklevel=3,
+        )
 
 
 # This host, in the names of build folders: on a file system several hosts share, a process
@@ -316,10 +478,11 @@ _BUILD_FOLDER = re.compile(
 )
 
 
-def remove_stale_staging(parent: str, base: str) -> None:
+def remove_stale_staging(parent: str, base: str) -> bool:
     """Remove folders that earlier writes of ``base`` on this host left beside it when
     their process was killed (named with the host and that process's id; left alone while
-    the process lives, and always where another host wrote them)."""
+    the process lives, and always where another host wrote them). Returns whether an old
+    store that such a write had set aside was put back at ``base``."""
     # (a swap without renameat2 parks the old store under the same name plus ".old"; names
     # without a host are from versions that wrote none)
     pattern = re.compile(
@@ -328,23 +491,35 @@ def remove_stale_staging(parent: str, base: str) -> None:
         + re.escape(STAGING_SUFFIX)
         + r"(\.old)?"
     )
+    restored = False
     with contextlib.suppress(OSError):
         for name in os.listdir(parent):
             found = pattern.fullmatch(name)
             if found is None or found.group(1) not in (None, _HOST):
                 continue
-            if not _process_alive(int(found.group(2))):
-                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            if _process_alive(int(found.group(2))):
+                continue
+            left = os.path.join(parent, name)
+            target = os.path.join(parent, base)
+            if found.group(3) and not os.path.lexists(target):
+                # the old store, parked by a swap that was killed before the new one took
+                # its place: put back, the only copy of it there is
+                with contextlib.suppress(OSError):
+                    os.rename(left, target)
+                    restored = True
+                    continue
+            shutil.rmtree(left, ignore_errors=True)
+    return restored
 
 
 # Temporary files of :func:`replacing`: the file's name, then the host and process.
 _PARTIAL = re.compile(r"\..+\.(h[0-9a-f]{8})\.(\d+)-[0-9a-f]{8}\.partial")
 
 
-def remove_stale_partials(folder: str, any_process: bool = False) -> None:
+def remove_stale_partials(folder: str | int, any_process: bool = False) -> None:
     """Remove the temporary files of atomic writes that processes of this host killed
-    mid-write left in ``folder`` (``any_process``: also those of live processes, once
-    every writer of the folder is known to be done)."""
+    mid-write left in ``folder`` (a path, or an open folder's descriptor; ``any_process``:
+    also those of live processes, once every writer of the folder is known to be done)."""
     with contextlib.suppress(OSError):
         for name in os.listdir(folder):
             found = _PARTIAL.fullmatch(name)
@@ -352,7 +527,10 @@ def remove_stale_partials(folder: str, any_process: bool = False) -> None:
                 continue
             if any_process or not _process_alive(int(found.group(2))):
                 with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(folder, name))
+                    if isinstance(folder, int):
+                        os.unlink(name, dir_fd=folder)
+                    else:
+                        os.unlink(os.path.join(folder, name))
 
 
 def _process_alive(pid: int) -> bool:

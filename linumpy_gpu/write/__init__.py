@@ -34,7 +34,9 @@ from linumpy_gpu.io.files import (
     UnitLocks,
     built_beside,
     check_replaceable,
+    is_zarr_store,
     json_object,
+    refusal_above,
     replace_refusal,
 )
 from linumpy_gpu.io.stores import locate, translated_errors
@@ -153,6 +155,8 @@ def write_ome_zarr(
                 target,
                 _progress_label,
             )
+        with translated_errors(target):
+            _consolidate_folders_above(target)
         return open_image(target, device=backend)
     _check_not_reading_from(data, location.store, "", location.where)
     root = _remote_group(location.store, "", plan, overwrite, location.where)
@@ -283,18 +287,41 @@ def write_labels(
                 {**kept, **value} if isinstance(value, dict) and isinstance(kept, dict) else value
             )
         labels_group.attrs.put(attributes)
-        _consolidate_again(store, prefix, zarr_format)
+        _consolidate_again(store, prefix)
     with translated_errors(parent.path):
         fresh = zarr.open_group(store=store, path=prefix, mode="r", use_consolidated=False)
     return open_image(fresh, device=backend).labels[name]
 
 
-def _consolidate_again(store: Any, path: str, zarr_format: Any) -> None:
-    """Where the image holds consolidated metadata (ngff-zarr writes it), bring it up to
-    date with the label image just written, or readers that trust it never see it."""
-    image = zarr.open_group(store=store, path=path, mode="r", use_consolidated=None)
-    if image.metadata.consolidated_metadata is not None:
-        zarr.consolidate_metadata(store, path=path, zarr_format=zarr_format)
+def _consolidate_again(store: Any, path: str) -> None:
+    """Bring consolidated metadata (ngff-zarr writes it for an image, HCS tools for a
+    plate) up to date in the group at ``path`` of ``store`` and every group above it, the
+    folders above a local store's root included (an image opened inside a plate), after a
+    write below them: readers that trust it (zarr-python by default) would otherwise miss
+    what was written, or read it with the old dtype and shape."""
+    parts = path.split("/") if path else []
+    for i in range(len(parts), -1, -1):
+        _consolidate_if_consolidated(store, "/".join(parts[:i]))
+    root = getattr(store, "root", None)
+    if root is not None:
+        _consolidate_folders_above(os.fspath(root))
+
+
+def _consolidate_folders_above(folder: str) -> None:
+    """:func:`_consolidate_again` for the zarr groups in the folders above ``folder``."""
+    folder = os.path.abspath(folder)
+    while (parent := os.path.dirname(folder)) != folder and is_zarr_store(parent):
+        _consolidate_if_consolidated(zarr.storage.LocalStore(parent), "")
+        folder = parent
+
+
+def _consolidate_if_consolidated(store: Any, path: str) -> None:
+    try:
+        group = zarr.open_group(store=store, path=path, mode="r", use_consolidated=None)
+    except Exception:  # not a group (or none readable there): nothing consolidated
+        return
+    if group.metadata.consolidated_metadata is not None:
+        zarr.consolidate_metadata(store, path=path, zarr_format=group.metadata.zarr_format)
 
 
 def _check_label_name(name: Any, parent: Any) -> None:
@@ -318,10 +345,9 @@ def _check_label_name(name: Any, parent: Any) -> None:
 
 
 def _check_destination(target: str, overwrite: bool, whole: bool = True) -> None:
-    if os.path.lexists(target):
-        if not overwrite:
-            raise StoreExistsError(f"'{target}' exists; pass overwrite=True to replace it")
-        check_replaceable(target, whole)
+    if os.path.lexists(target) and not overwrite:
+        raise StoreExistsError(f"'{target}' exists; pass overwrite=True to replace it")
+    check_replaceable(target, whole)
 
 
 def _local_group(folder: str, plan: ImagePlan) -> Any:
@@ -343,15 +369,16 @@ def _remote_group(
             )
         if existing == "zarr" and not overwrite:
             raise StoreExistsError(f"'{where}' exists; pass overwrite=True to replace it")
+        read, target, parents = _store_nodes(store, path)
         if existing == "zarr":
-            read, target, parents = _store_nodes(store, path)
-            below = _groups_below(store, path, target) if whole else iter(())
+            below = _groups_below(store, path, target)
             reason = replace_refusal(read, target, parents if whole else (), below)
-            if reason:
-                raise StoreExistsError(
-                    f"'{where}' {reason}; refusing to replace it: write the image to a path "
-                    "of its own"
-                )
+        else:
+            reason = refusal_above(read, parents, new=True) if whole else None
+        if reason:
+            raise StoreExistsError(
+                f"'{where}' {reason}; refusing to write there: write the image to a path of its own"
+            )
         if existing == "zarr":
             _remove_objects_below(store, path)
         # not zarr's mode "w": it removes the path's prefix as a whole, which on an object
@@ -448,9 +475,7 @@ def _check_not_reading_from(data: Any, store: Any, path: str, where: str) -> Non
             read.append((place, place))
         elif isinstance(item, ArraySource):
             spec = item.store
-            if spec.kind == "local":
-                continue  # a folder: not a store written in place
-            root = spec.where if spec.kind == "url" else store_url(spec.store)
+            root = spec.where if spec.kind in ("local", "url") else store_url(spec.store)
             read.append((joined(root, item.path), item.where))
     target = joined(store_url(store), path)
     for place, name in read:

@@ -12,12 +12,11 @@ import numpy as np
 from linumpy_gpu.engine.pyramid import BLOCK_LOCAL, downsample, update_level, write_coarser_levels
 from linumpy_gpu.engine.writer import ChunkedArrayWriter
 from linumpy_gpu.errors import LinumpyGpuError, WriteError
-from linumpy_gpu.io.files import STAGING_SUFFIX, destination_of
+from linumpy_gpu.io.files import INCOMPLETE_MARKER, STAGING_SUFFIX, destination_of
 from linumpy_gpu.progress import progress_bar
 from linumpy_gpu.write.plan import ImagePlan
 
 # Marks a group whose write has not finished: until the metadata lands it does not open.
-INCOMPLETE_MARKER = "linumpy_gpu"
 
 
 def write_image(

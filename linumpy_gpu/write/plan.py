@@ -110,6 +110,11 @@ def plan_image(
     axis_names = [a.name if isinstance(a, Axis) else a for a in axes]
     if len(axis_names) != ndim:
         raise WriteError(f"{len(axis_names)} axes {axis_names} for {ndim}-D data of shape {shape}")
+    if any(n in ("T", "C", "Z", "Y", "X") for n in axis_names):
+        raise WriteError(
+            f"axis names are lower case: {''.join(n.lower() for n in axis_names)!r} "
+            f"(t, c, z, y, x get their NGFF types), got {axes!r}"
+        )
     if units is not None and (
         isinstance(units, str) or not isinstance(units, Sequence) or len(units) != ndim
     ):
@@ -121,6 +126,13 @@ def plan_image(
         else made
         for given, made in zip(axes, build.make_axes(axis_names, units), strict=True)
     ]
+    if units is not None:
+        for axis, unit in zip(axis_objs, units, strict=True):
+            if unit is not None and axis.type not in ("space", "time"):
+                raise WriteError(
+                    f"axis {axis.name!r} is a {axis.type or 'custom'} axis and takes no unit "
+                    f"(units are for space and time axes), got {unit!r}: give None for it"
+                )
     scale_t = _numbers("scale", scale, ndim, 1.0)
     if any(s <= 0 for s in scale_t):
         raise WriteError(f"scale must be positive and finite, got {list(scale_t)}")

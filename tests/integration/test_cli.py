@@ -220,7 +220,20 @@ def test_validate_a_damaged_chunk_and_a_dtype_mismatch(image_path, capsys):
     assert main(["validate", str(image_path)]) == 1
     problems = _problems(capsys.readouterr().out)
     assert any("level 1 ('1') does not read" in p for p in problems)
-    assert any("different dtypes" in p and p.startswith("ERROR") for p in problems)
+    # one dtype is a SHOULD of the spec: a warning, as on opening
+    assert any("different dtypes" in p and p.startswith("WARNING") for p in problems)
+
+
+def test_validate_warns_of_omero_channels_that_do_not_match_the_data(tmp_path, capsys):
+    path = tmp_path / "c.zarr"
+    lg.write_ome_zarr(path, _volume((16, 64, 64)), axes="zyx", levels=1)
+    root = zarr.open_group(str(path), mode="r+")
+    ome = dict(root.attrs["ome"])
+    ome["omero"] = {"channels": [{"label": "a"}, {"label": "b"}]}
+    root.attrs["ome"] = ome
+    assert main(["validate", str(path)]) == 0
+    problems = _problems(capsys.readouterr().out)
+    assert problems == [f"WARNING: {path}: omero lists 2 channel(s) for no channel axis"]
 
 
 def test_validate_shapes_that_do_not_follow_the_scales(tmp_path, capsys):
@@ -379,6 +392,16 @@ def test_inspect_json_of_a_plate_and_a_well(tmp_path, capsys):
     assert main(["inspect", "--json", str(plate / "A" / "1")]) == 0
     well = json.loads(capsys.readouterr().out)
     assert well["kind"] == "well" and well["fields"] == [{"path": "0", "acquisition": None}]
+
+
+def test_inspect_text_of_a_plate_and_a_well_lists_their_members(tmp_path, capsys):
+    plate = _plate(tmp_path / "plate.zarr")
+    assert main(["inspect", str(plate)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines == [repr(lg.open_ome_zarr(plate)), "  A/1: 1 field(s): 0", "  B/2: 1 field(s): 0"]
+    assert main(["inspect", str(plate / "A" / "1")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[1] == "  0: NGFF 0.5 image, 1 level(s)"
 
 
 def test_inspect_text_is_the_repr(image_path, capsys):

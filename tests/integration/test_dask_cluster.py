@@ -340,31 +340,32 @@ def test_a_worker_killed_mid_write_leaves_a_valid_store(client, tmp_path):
     marker = tmp_path / "killed"
 
     def arm(marker=str(marker)):
-        import linumpy_gpu.engine.writer as writer_module
+        from linumpy_gpu.io.files import OpenFolder
 
-        original = writer_module.write_file_atomically
+        original = OpenFolder.write
         calls = []
         lock = threading.Lock()
 
-        def dying(path, data):
+        def dying(folder, name, data):
+            path = f"{folder.path}/{name}"
             with lock:  # unit files are written from a thread pool: count each call once
                 calls.append(path)
                 n = len(calls)
-            original(path, data)
+            original(folder, name, data)
             if n == 2:
                 with open(f"{marker}-{os.getpid()}", "w") as f:
                     f.write(path)
                 os.kill(os.getpid(), signal.SIGKILL)
 
-        writer_module._original_write_file_atomically = original
-        writer_module.write_file_atomically = dying
+        OpenFolder._original_write = original
+        OpenFolder.write = dying
 
     def disarm():
-        import linumpy_gpu.engine.writer as writer_module
+        from linumpy_gpu.io.files import OpenFolder
 
-        original = getattr(writer_module, "_original_write_file_atomically", None)
+        original = getattr(OpenFolder, "_original_write", None)
         if original is not None:
-            writer_module.write_file_atomically = original
+            OpenFolder.write = original
 
     client.run(arm)
     try:

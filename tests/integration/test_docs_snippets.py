@@ -24,7 +24,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+import linumpy_gpu as lg
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -195,6 +198,31 @@ def test_documented_command_runs(command, sample_store, tmp_path):
     # the command runs as `python -m linumpy_gpu`: the same entry point, whether or not
     # the installed console script is on PATH
     _run(["-m", "linumpy_gpu", *args], tmp_path, env)
+
+
+@pytest.mark.parametrize("script", ["read_sample.py", "write_pyramid.py", "cluster_pipeline.py"])
+def test_example_script_help_writes_nothing(script, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0 and "usage:" in proc.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_example_write_pyramid_replaces_a_store_only_when_asked(tmp_path):
+    out = tmp_path / "mine.ome.zarr"
+    lg.write_ome_zarr(out, np.ones((4, 16, 16), "u2"), levels=1)
+    script = str(ROOT / "examples" / "write_pyramid.py")
+    proc = subprocess.run(
+        [sys.executable, script, str(out)], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert proc.returncode != 0 and "StoreExistsError" in proc.stderr
+    assert lg.open_ome_zarr(out)[0].shape == (4, 16, 16)
+    _run([script, str(out), "--overwrite"], tmp_path)
+    assert lg.open_ome_zarr(out)[0].shape != (4, 16, 16)
 
 
 @pytest.mark.parametrize(

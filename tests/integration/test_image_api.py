@@ -262,8 +262,9 @@ def test_read_regions_wants_a_list_of_regions(sample):
     for bad in [(slice(0, 2), slice(0, 3)), None, 5]:
         with pytest.raises(lg.InvalidArgumentError, match="list of regions"):
             level.read_regions(bad)
-    with pytest.raises(lg.InvalidArgumentError, match="chunks"):
-        level.to_dask(chunks=(8, 0, 8))
+    for zero in ((8, 0, 8), 0):
+        with pytest.raises(lg.InvalidArgumentError, match="chunks .* must be at least 1"):
+            level.to_dask(chunks=zero)
     n = level.shape[0]
     for bad in [(-2, 5, 5), {0: -3}, ((n - 0.5, 0.5),) + tuple((m,) for m in level.shape[1:])]:
         with pytest.raises(lg.InvalidArgumentError, match="chunks"):

@@ -428,6 +428,20 @@ def test_replacing_a_store_object_that_a_lazy_array_reads_is_refused():
     np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], DATA)
 
 
+def test_replacing_local_files_through_a_store_object_that_a_lazy_array_reads_is_refused(
+    tmp_path,
+):
+    """A local image read lazily and written back over its own folder given as an fsspec
+    store object (which is not built beside, so it would be emptied first)."""
+    path = tmp_path / "a.ome.zarr"
+    lg.write_ome_zarr(path, DATA, device="cpu")
+    lazy = lg.open_ome_zarr(path)[0].to_dask() + 1
+    store = zarr.storage.FsspecStore.from_url(f"file://{path}")
+    with pytest.raises(lg.WriteError, match="reads from"):
+        lg.write_ome_zarr(store, lazy, overwrite=True, device="cpu")
+    np.testing.assert_array_equal(lg.open_ome_zarr(path)[0][...], DATA)
+
+
 def test_an_old_remote_handle_refuses_writes_into_a_store_of_another_layout():
     url = "memory://stale-handle/a.zarr"
     lg.write_ome_zarr(url, DATA, device="cpu")

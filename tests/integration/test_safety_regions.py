@@ -351,12 +351,19 @@ def test_writers_still_exclude_each_other_after_the_store_is_replaced(tmp_path):
     assert int(lg.open_ome_zarr(path)[0][...].sum()) == 600
 
 
+@pytest.mark.parametrize(
+    ("swap_at", "before"),
+    [(2, False), (2, True), (4, True)],
+    ids=["between-files", "while-a-file-is-written", "at-the-last-file"],
+)
 def test_a_write_running_when_its_store_is_replaced_stops_and_spares_the_new_store(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, swap_at, before
 ):
-    """A store replaced (overwrite=True) while a region write runs: the write stops with
-    StoreError at its next file instead of writing the rest into the replacement."""
+    """A store replaced (overwrite=True) while a region write runs, between two files or
+    just as one is written (after every check the writer makes): the write fails with
+    StoreError and none of it lands in the replacement."""
     from linumpy_gpu.engine import writer
+    from linumpy_gpu.io import files
 
     path = tmp_path / "swapped.ome.zarr"
     lg.write_ome_zarr(path, np.zeros((16, 32, 32), "u2"), chunks=(4, 32, 32), levels=1)
@@ -364,24 +371,42 @@ def test_a_write_running_when_its_store_is_replaced_stops_and_spares_the_new_sto
     engine = writer.ChunkedArrayWriter(
         img[0]._reader.array, lg.backends.CpuBackend(), batch_bytes=1, name="swapped"
     )
-    calls = {"n": 0}
-    original = writer.write_file_atomically
+    calls = {"n": 0, "replacing": False}
+    original = files.OpenFolder.write
 
-    def write_then_replace(target, blob):
-        original(target, blob)
+    def replace_store():
+        calls["replacing"] = True  # the files of the replacement are not counted
+        lg.write_ome_zarr(
+            path, np.full((16, 32, 32), 500, "u2"), chunks=(4, 32, 32), levels=1, overwrite=True
+        )
+        calls["replacing"] = False
+
+    def write_and_replace(folder, name, blob):
+        if calls["replacing"]:
+            return original(folder, name, blob)
         calls["n"] += 1
-        if calls["n"] == 2:  # another process replaces the store meanwhile
-            lg.write_ome_zarr(
-                path,
-                np.full((16, 32, 32), 500, "u2"),
-                chunks=(4, 32, 32),
-                levels=1,
-                overwrite=True,
-            )
+        if before and calls["n"] == swap_at:
+            replace_store()
+        original(folder, name, blob)
+        if not before and calls["n"] == swap_at:
+            replace_store()
 
-    monkeypatch.setattr(writer, "write_file_atomically", write_then_replace)
+    monkeypatch.setattr(files.OpenFolder, "write", write_and_replace)
     with pytest.raises(lg.StoreError, match="replaced or removed while this write ran"):
         engine.write((slice(None),) * 3, np.full((16, 32, 32), 7, "u2"))
+    assert (lg.open_ome_zarr(path)[0][...] == 500).all()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_a_writer_opened_before_its_store_was_replaced_refuses_to_write(tmp_path):
+    path = tmp_path / "swapped.ome.zarr"
+    lg.write_ome_zarr(path, np.zeros((16, 32, 32), "u2"), chunks=(4, 32, 32), levels=1)
+    level = lg.open_ome_zarr(path, mode="r+")[0]
+    lg.write_ome_zarr(
+        path, np.full((16, 32, 32), 500, "u2"), chunks=(4, 32, 32), levels=1, overwrite=True
+    )
+    with pytest.raises(lg.StoreError, match="replaced"):
+        level[0:4] = np.full((4, 32, 32), 7, "u2")
     assert (lg.open_ome_zarr(path)[0][...] == 500).all()
 
 
@@ -466,7 +491,7 @@ def test_a_failed_region_write_leaves_no_partial_files_and_names_the_key(store, 
     before = snapshot(store)
     original = os.replace
 
-    def failing_replace(src, dst):
+    def failing_replace(src, dst, **kwargs):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(fileio.os, "replace", failing_replace)

@@ -79,6 +79,10 @@ def _bad_arguments():
         "channels_count": dict(data=np.zeros((3, 4, 8, 8), "u2"), channels=[{"label": "a"}]),
         "channel_color": dict(data=np.zeros((1, 4, 8, 8), "u2"), channels=[{"color": "red"}]),
         "unit_count": dict(data=v, units=["micrometer"]),
+        "unit_on_a_channel_axis": dict(
+            data=np.zeros((2, 4, 8, 8), "u2"), axes="czyx", units=["nanometer"] + ["micrometer"] * 3
+        ),
+        "upper_case_axes": dict(data=v, axes="ZYX"),
         "name_type": dict(data=v, name=5),
         "not_an_array": dict(data=[[1, 2], [3, 4]]),
         "overwrite_type": dict(data=v, overwrite="yes"),
@@ -118,11 +122,11 @@ def test_overwrite_replaces_only_after_the_new_store_is_complete(store, monkeypa
     calls = {"n": 0}
     original = writer.ChunkedArrayWriter._put
 
-    def failing(self, key, blob):
+    def failing(self, key, blob, *rest):
         calls["n"] += 1
         if calls["n"] > 3:
             raise OSError(28, "No space left on device")
-        return original(self, key, blob)
+        return original(self, key, blob, *rest)
 
     monkeypatch.setattr(writer.ChunkedArrayWriter, "_put", failing)
     with pytest.raises(lg.ChunkWriteError) as info:
@@ -260,6 +264,27 @@ def test_overwrite_never_replaces_a_plate_its_rows_or_wells(tmp_path, where, par
     remove()
 
 
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_writes_inside_a_plate_keep_its_consolidated_metadata_true(tmp_path, version):
+    """A plate whose root holds consolidated metadata (as HCS tools write it): label and
+    image writes below it bring it up to date, so zarr-python's default open (which trusts
+    it) sees what is on disk."""
+    root = str(tmp_path / "plate.zarr")
+    _plate(root, version)
+    zarr.consolidate_metadata(root)
+    image = lg.open_ome_zarr(root)["A/1"][0]
+    lg.write_labels(image, "cells", (volume() % 3).astype("u1"))
+    relabel = (volume() % 3).astype("u2") + 300
+    lg.write_labels(f"{root}/A/1/0", "cells", relabel, overwrite=True)
+    lg.write_ome_zarr(f"{root}/A/2/1", np.ones((8, 8, 8), "f4"), overwrite=True, version=version)
+    plate = zarr.open_group(root, mode="r")  # use_consolidated=None: trusts the root's copy
+    assert plate.metadata.consolidated_metadata is not None
+    label = plate["A/1/0/labels/cells/0"]
+    assert label.dtype == np.uint16 and int(label[0, 0, 0]) == int(relabel[0, 0, 0])
+    field = plate["A/2/1/0"]
+    assert field.shape == (8, 8, 8) and field.dtype == np.float32
+
+
 def test_plate_and_well_keys_of_the_wrong_kind_are_not_found_errors(tmp_path):
     """A well by its path, a field by its index or its path; anything else is a typed
     error naming what there is."""
@@ -327,8 +352,8 @@ def test_overwrite_never_replaces_an_ngff_scene(tmp_path):
 
 @pytest.mark.parametrize("where", ["local", "memory"])
 def test_overwrite_never_replaces_a_group_holding_images(tmp_path, where):
-    """A zarr group that is no image but holds images (a path one folder short): an image
-    written over it would delete them. A group holding arrays only is still replaced."""
+    """A zarr group that is no image but holds images or arrays (a path one folder short):
+    an image written over it would delete them."""
     root, listing, remove = _place(tmp_path, where, "experiment")
     group = zarr.open_group(root, mode="w", zarr_format=3)
     group.require_group("batch1")
@@ -339,9 +364,71 @@ def test_overwrite_never_replaces_a_group_holding_images(tmp_path, where):
     assert listing() == before
     arrays_only = f"{root}/arrays"
     zarr.open_group(arrays_only, mode="w").create_array("raw", shape=(4,), dtype="u1")
-    img = lg.write_ome_zarr(arrays_only, volume(), overwrite=True, levels=1)
+    before = listing()
+    with pytest.raises(lg.StoreExistsError, match="holds the zarr array at .*raw"):
+        lg.write_ome_zarr(arrays_only, volume(), overwrite=True, levels=1)
+    assert listing() == before
+    empty_group = f"{root}/empty"
+    zarr.open_group(empty_group, mode="w")
+    img = lg.write_ome_zarr(empty_group, volume(), overwrite=True, levels=1)
     np.testing.assert_array_equal(img[0][...], volume())
     remove()
+
+
+@pytest.mark.parametrize("where", ["top", "labels"])
+@pytest.mark.parametrize("kind", ["file", "folder"])
+def test_overwrite_never_deletes_files_beside_a_zarr_store(tmp_path, where, kind):
+    """A folder of a user's files that also holds zarr metadata (a stray .zattrs), or an
+    image with the user's own files put inside it: replacing it would delete them."""
+    target = tmp_path / "scans"
+    if where == "top":
+        target.mkdir()
+        (target / ".zattrs").write_text("{}")
+        folder = target
+    else:
+        lg.write_ome_zarr(target, volume(), levels=1)
+        lg.write_labels(target, "cells", (volume() % 3).astype("u1"))
+        folder = target / "labels"
+    if kind == "file":
+        (folder / "scan_0001.tif").write_bytes(b"II*\x00weeks of work")
+    else:
+        (folder / "raw").mkdir()
+        (folder / "raw" / "scan_0001.tif").write_bytes(b"II*\x00weeks of work")
+    before = snapshot(tmp_path)
+    with pytest.raises(lg.StoreExistsError, match="not part of a zarr store"):
+        lg.write_ome_zarr(target, volume(), overwrite=True, levels=1)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+@pytest.mark.parametrize("inside", ["image", "level"])
+def test_a_new_image_inside_another_image_is_refused(tmp_path, where, inside):
+    """An image written inside another (its folder, or a level's) would be deleted with
+    it, and breaks it for readers: refused where it would be new, as where it exists."""
+    root, listing, remove = _place(tmp_path, where, f"outer-{inside}")
+    lg.write_ome_zarr(root, volume(), levels=1)
+    before = listing()
+    target = f"{root}/derived.ome.zarr" if inside == "image" else f"{root}/0/x/derived.ome.zarr"
+    match = "inside the image" if inside == "image" else "inside the zarr array"
+    with pytest.raises(lg.StoreExistsError, match=match):
+        lg.write_ome_zarr(target, volume(), levels=1)
+    assert listing() == before
+    remove()
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_write_labels_never_replaces_a_group_holding_an_image(tmp_path, where):
+    """A label name whose group holds another tool's image (not a label image): replacing
+    it with a label image would delete that image."""
+    image = str(tmp_path / "img.zarr") if where == "local" else f"memory://sets-{os.getpid()}"
+    lg.write_ome_zarr(image, volume(), levels=1, device="cpu")
+    lg.write_labels(image, "cells", (volume() % 3).astype("u1"))
+    group = zarr.open_group(f"{image}/labels/sets", mode="w")
+    run = group.create_group("run1")
+    run.create_array("0", shape=(4,), dtype="u1", fill_value=3)
+    with pytest.raises(lg.StoreExistsError, match="holds the zarr array"):
+        lg.write_labels(image, "sets", (volume() % 5).astype("u1"), overwrite=True)
+    assert zarr.open_array(f"{image}/labels/sets/run1/0", mode="r")[0] == 3
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])
@@ -424,6 +511,35 @@ def test_convert_builds_its_image_in_one_build_folder(store, tmp_path, monkeypat
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["dst.zarr", store.name])
 
 
+def test_a_store_set_aside_by_a_killed_swap_is_put_back(store, tmp_path):
+    """Where folders cannot be exchanged in one step, a swap parks the old store under a
+    hidden name first; a writer killed right then leaves no store at the path. The next
+    write of the path puts the old store back instead of removing it as a leftover."""
+    from linumpy_gpu.io import files
+
+    dead = 2**22 + 12345  # above Linux's largest process id: no such process here
+    build = f".{store.name}.{files._HOST}.{dead}-0123abcd.linumpy-gpu-partial"
+    store.rename(tmp_path / f"{build}.old")
+    lg.write_ome_zarr(tmp_path / build, volume(seed=3), levels=1)  # the new one, complete
+    with pytest.raises(lg.StoreExistsError, match="put back"):
+        lg.write_ome_zarr(store, volume(seed=4), levels=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [store.name]
+    np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], volume())
+    img = lg.write_ome_zarr(store, volume(seed=4), levels=1, overwrite=True)
+    np.testing.assert_array_equal(img[0][...], volume(seed=4))
+
+
+def test_a_replaced_store_that_cannot_be_removed_is_named_in_a_warning(store, monkeypatch):
+    from linumpy_gpu.io import files
+
+    monkeypatch.setattr(files.shutil, "rmtree", lambda path, ignore_errors=False: None)
+    with pytest.warns(lg.LinumpyGpuWarning, match="could not be removed entirely") as info:
+        lg.write_ome_zarr(store, volume(seed=2), overwrite=True, levels=1)
+    (left,) = [p for p in store.parent.iterdir() if p != store]
+    assert str(left) in str(info[0].message)
+    np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], volume(seed=2))
+
+
 def test_build_folders_of_other_hosts_are_left_alone(store, tmp_path):
     """On a file system several hosts share, a process id is known only on its own host:
     another host's build folder is never taken for a dead writer's and removed."""
@@ -440,12 +556,12 @@ def test_build_folders_of_other_hosts_are_left_alone(store, tmp_path):
 
 
 def test_a_failed_write_names_the_destination_not_the_build_folder(tmp_path, monkeypatch):
-    from linumpy_gpu.engine import writer
+    from linumpy_gpu.io import files
 
-    def refuse(path, blob):
+    def refuse(folder, name, blob):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(writer, "write_file_atomically", refuse)
+    monkeypatch.setattr(files.OpenFolder, "write", refuse)
     with pytest.raises(lg.ChunkWriteError) as info:
         lg.write_ome_zarr(tmp_path / "out.zarr", volume(), device="cpu")
     assert f"{tmp_path / 'out.zarr'}/0" in str(info.value)
@@ -589,6 +705,9 @@ def test_a_failed_write_in_place_says_the_destination_is_incomplete():
         lg.write_ome_zarr(url, data, overwrite=True, device="cpu")
     with pytest.raises(lg.IncompleteStoreError):
         lg.open_ome_zarr(url)
+    # what the interrupted write left (arrays, no image yet) is replaced by the next one
+    img = lg.write_ome_zarr(url, volume(seed=6), overwrite=True, device="cpu")
+    np.testing.assert_array_equal(img[0][...], volume(seed=6))
 
 
 def test_storage_options_must_be_a_dict():

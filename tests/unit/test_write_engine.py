@@ -178,11 +178,11 @@ def test_every_encoded_batch_is_released_even_when_a_file_write_fails(
     calls = {"n": 0}
     original = writer.ChunkedArrayWriter._put
 
-    def put(self, key, blob):
+    def put(self, key, blob, *rest):
         calls["n"] += 1
         if fail_after is not None and calls["n"] > fail_after:
             raise OSError(28, "No space left on device")
-        return original(self, key, blob)
+        return original(self, key, blob, *rest)
 
     monkeypatch.setattr(writer.ChunkedArrayWriter, "_put", put)
     data = np.arange(32**3, dtype="u2").reshape(32, 32, 32)
