@@ -726,7 +726,7 @@ def _convert(args: argparse.Namespace) -> int:
     )
     from linumpy_gpu.image import MultiscaleImage, open_ome_zarr
     from linumpy_gpu.image._common import format_bytes
-    from linumpy_gpu.io.files import built_beside, check_replaceable
+    from linumpy_gpu.io.files import built_beside, check_replaceable, refresh_consolidated
     from linumpy_gpu.io.stores import local_path
 
     progress = _progress(args)
@@ -764,6 +764,7 @@ def _convert(args: argparse.Namespace) -> int:
             # the new store is complete, and a failed convert leaves nothing behind
             with built_beside(target, args.overwrite) as staging:
                 _, copy, n_labels = _convert_into(staging, True, src, args, progress, name)
+            refresh_consolidated(target)
         else:
             _, copy, n_labels = _convert_into(target, args.overwrite, src, args, progress, name)
     except LinumpyGpuError:

@@ -154,18 +154,20 @@ class OpenFolder:
     def _subfolder(self, sub: str) -> int:
         """An open descriptor of the folder ``sub`` below this one (made where missing,
         and cleared of what an earlier write killed midway left there the first time)."""
-        if not sub:
-            return self._fd
         with self._made_lock:  # made whole before any thread opens it
             first = sub not in self._made
-            if first:
+            if first and sub:
                 parent = ""
                 for part in sub.split("/"):
                     parent = f"{parent}/{part}" if parent else part
                     with contextlib.suppress(FileExistsError):
                         os.mkdir(parent, dir_fd=self._fd)
-                self._made.add(sub)
-        folder = os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self._fd)
+            self._made.add(sub)
+        folder = (
+            os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self._fd)
+            if sub
+            else self._fd
+        )
         if first:
             remove_stale_partials(folder)
         return folder
@@ -212,13 +214,19 @@ _COLLECTIONS = {
 
 
 def replace_refusal(
-    read: DocumentReader, target: str, parents: Iterable[str], below: Iterable[str] = ()
+    read: DocumentReader,
+    target: str,
+    parents: Iterable[str],
+    below: Iterable[str] = (),
+    images_below: bool = False,
 ) -> str | None:
     """Why the zarr node ``target`` may not be replaced by a new image, or None: it is an
     array, it lies inside a multiscale image (its levels, its labels) or an array, it is
     part of a collection of images, which it would break, or it holds images or arrays of
     its own that it would delete. ``parents``: the nodes above ``target``, nearest first.
-    ``below``: the zarr nodes under ``target``."""
+    ``below``: the zarr nodes under ``target``, as paths that start with ``target``,
+    looked at where ``target`` is no image, or with ``images_below`` (a cheap walk): for
+    images other than its label images."""
     v3 = read(target, "zarr.json")
     if _is_array(read, target, v3):
         return "is a zarr array"
@@ -228,7 +236,13 @@ def replace_refusal(
             return f"is {collection}, whose images it would delete"
     # an image's own levels and label images go with it, as do the arrays of a store whose
     # write by linumpy_gpu was interrupted
-    if "multiscales" not in own and INCOMPLETE_MARKER not in own:
+    if "multiscales" in own and images_below:
+        for node in below:
+            parts = node[len(target) :].strip("/").replace(os.sep, "/").split("/")
+            keys = _ome_keys(read(node, "zarr.json"), read(node, ".zattrs"))
+            if "multiscales" in keys and not (len(parts) == 2 and parts[0] == "labels"):
+                return f"holds the image at '{node}', which it would delete"
+    elif "multiscales" not in own and INCOMPLETE_MARKER not in own:
         nodes = [(node, read(node, "zarr.json")) for node in below]
         for node, node_v3 in nodes:
             if _ome_keys(node_v3, read(node, ".zattrs")) & ({"multiscales"} | set(_COLLECTIONS)):
@@ -281,33 +295,168 @@ def _is_array(read: DocumentReader, node: str, v3: dict[str, Any] | None) -> boo
 
 # Files a zarr group's folder holds besides its children: metadata documents
 _GROUP_FILES = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
+# What operating systems and file managers leave in folders they show
+_LITTER = {".DS_Store", "Thumbs.db", "desktop.ini", "Icon\r", "@eaDir", ".directory"}
+
+
+def _litter_or_ours(name: str) -> bool:
+    """Whether a folder entry of this name is nobody's data: file managers' litter, or
+    what linumpy_gpu leaves while it works (its lock file, an atomic write's temporary
+    file, a build folder; never a store an interrupted swap parked)."""
+    return (
+        name in _LITTER
+        or name.startswith("._")
+        or name == LOCK_FILE
+        or _PARTIAL.fullmatch(name) is not None
+        or _BUILD_FOLDER.fullmatch(name) is not None
+    )
+
+
+def holds_nothing(folder: str) -> bool:
+    """Whether ``folder`` holds nothing but litter and linumpy_gpu's own files."""
+    try:
+        return all(_litter_or_ours(name) for name in os.listdir(folder))
+    except OSError:
+        return False
 
 
 def _local_nodes_below(folder: str, found: list[str]) -> Iterator[str]:
     """The zarr groups and arrays under ``folder`` (arrays are not entered: below them lie
-    chunks; links are neither followed nor counted). What is neither a node nor a metadata
-    document (a user's files beside the store's) is added to ``found``, and not entered;
-    hidden entries are left out (tools' own files, such as our locks)."""
+    chunks; links are neither followed nor counted). Folders without zarr metadata are
+    walked as groups (tensorstore writes levels at ``s0/data`` without one at ``s0``); a
+    file that is no metadata document and nobody's litter (a user's files beside the
+    store's) is added to ``found``."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
         return
     for entry in entries:
-        if entry.name.startswith(".") or entry.is_symlink():
+        if entry.is_symlink() or entry.name in _GROUP_FILES or _litter_or_ours(entry.name):
             continue
         if not entry.is_dir(follow_symlinks=False):
-            if entry.name not in _GROUP_FILES:
-                found.append(entry.path)
-            continue
-        if not is_zarr_store(entry.path):
             found.append(entry.path)
             continue
-        yield entry.path
-        array = os.path.isfile(os.path.join(entry.path, ".zarray")) or (
-            (local_document(entry.path, "zarr.json") or {}).get("node_type") == "array"
-        )
-        if not array:
+        if not is_zarr_store(entry.path):
             yield from _local_nodes_below(entry.path, found)
+            continue
+        yield entry.path
+        if not _is_local_array(entry.path):
+            yield from _local_nodes_below(entry.path, found)
+
+
+def _is_local_array(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, ".zarray")) or (
+        (local_document(folder, "zarr.json") or {}).get("node_type") == "array"
+    )
+
+
+def refresh_consolidated(changed: str) -> None:
+    """Bring the consolidated metadata of the zarr groups above the local folder
+    ``changed`` (and of ``changed`` itself) up to date with what is in ``changed`` now:
+    readers that trust it (zarr-python by default) would otherwise miss what was written
+    there, or read it with the old dtype and shape. Only the entries under ``changed``
+    are rewritten, so a write into a large plate costs what its own subtree costs.
+    Failures warn: the data is written whatever its parents' copies say."""
+    changed = os.path.abspath(changed)
+    if any(part.endswith(STAGING_SUFFIX) for part in changed.split(os.sep)):
+        return  # a store being built: its writer refreshes them once it is swapped in
+    folder = changed
+    while is_zarr_store(folder):
+        try:
+            _refresh_entries(folder, os.path.relpath(changed, folder).replace(os.sep, "/"))
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            warnings.warn(
+                f"'{changed}' was written, but the consolidated metadata in '{folder}' could "
+                f"not be brought up to date ({type(exc).__name__}: {exc}): readers that "
+                "trust it may not see the new data; run zarr.consolidate_metadata on it",
+                LinumpyGpuWarning,
+                stacklevel=3,
+            )
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+
+
+def _refresh_entries(group: str, rel: str) -> None:
+    """Rewrite the consolidated entries of ``group`` (a folder) for the subtree ``rel``
+    below it (``.``: the group itself), where it holds consolidated metadata: one writer
+    at a time (threads and processes), since each rewrites the whole document."""
+    v3 = local_document(group, "zarr.json")
+    if not isinstance((v3 or {}).get("consolidated_metadata"), dict) and not os.path.isfile(
+        os.path.join(group, ".zmetadata")
+    ):
+        return
+    with UnitLocks(group).hold([_CONSOLIDATED_UNIT]):
+        _rewrite_entries(group, "" if rel == "." else rel)
+
+
+def _rewrite_entries(group: str, prefix: str) -> None:
+    v3 = local_document(group, "zarr.json")
+    if v3 is not None and isinstance(v3.get("consolidated_metadata"), dict):
+        entries = v3["consolidated_metadata"].setdefault("metadata", {})
+        kept = {k: v for k, v in entries.items() if not _under(k, prefix)}
+        for node in _subtree(os.path.join(group, *prefix.split("/")) if prefix else group):
+            key = _joined(prefix, node)
+            document = local_document(os.path.join(group, *key.split("/")), "zarr.json")
+            if key and document is not None:
+                # a node's own consolidated copy stays its own: readers rebuild the nested
+                # view from these flat entries
+                document.pop("consolidated_metadata", None)
+                kept[key] = document
+        # sorted: zarr rebuilds the nested view from runs of keys with the same parent
+        v3["consolidated_metadata"]["metadata"] = dict(sorted(kept.items()))
+        _write_document(os.path.join(group, "zarr.json"), v3)
+        return
+    v2 = local_document(group, ".zmetadata")
+    if v2 is not None and isinstance(v2.get("metadata"), dict):
+        kept = {k: v for k, v in v2["metadata"].items() if not _under(k.rpartition("/")[0], prefix)}
+        for node in _subtree(os.path.join(group, *prefix.split("/")) if prefix else group):
+            key = _joined(prefix, node)
+            folder = os.path.join(group, *key.split("/")) if key else group
+            for name in (".zgroup", ".zattrs", ".zarray"):
+                document = local_document(folder, name)
+                if document is not None:
+                    kept[_joined(key, name)] = document
+        v2["metadata"] = dict(sorted(kept.items()))
+        _write_document(os.path.join(group, ".zmetadata"), v2)
+
+
+def _under(key: str, prefix: str) -> bool:
+    return not prefix or key == prefix or key.startswith(prefix + "/")
+
+
+def _joined(a: str, b: str) -> str:
+    return f"{a}/{b}" if a and b else a or b
+
+
+def _subtree(folder: str, prefix: str = "", depth: int = 0) -> Iterator[str]:
+    """'' for ``folder``, then the paths (relative, '/'-separated) of the zarr nodes below
+    it, as zarr's own consolidation finds them: through zarr groups only (not below
+    arrays, nor below folders without metadata), links followed, build folders left out."""
+    yield prefix
+    if depth > 64 or (prefix and _is_local_array(folder)):
+        return
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        if name in _GROUP_FILES or _litter_or_ours(name) or not os.path.isdir(path):
+            continue
+        if is_zarr_store(path):
+            yield from _subtree(path, _joined(prefix, name), depth + 1)
+
+
+# The byte of a group's lock file that guards its consolidated metadata (far above the
+# bytes that lock storage units, one per unit)
+_CONSOLIDATED_UNIT = 1 << 62
+
+
+def _write_document(path: str, document: dict[str, Any]) -> None:
+    with replacing(path) as tmp, open(tmp, "w") as f:
+        json.dump(document, f, indent=2)
 
 
 def _ome_keys(v3: dict[str, Any] | None, v2: dict[str, Any] | None) -> set[str]:
@@ -337,7 +486,10 @@ def check_replaceable(target: str, whole: bool = True) -> None:
     become an image of its own, so it may not lie inside another image (a label write
     passes False: its label image lies inside its image)."""
     parents = _local_parents(target) if whole else ()
-    if not os.path.lexists(target):
+    if not os.path.lexists(target) or (
+        os.path.isdir(target) and not os.path.islink(target) and holds_nothing(target)
+    ):
+        # nothing there yet (or an empty folder, a build folder among them): a new image
         reason = refusal_above(local_document, parents, new=True)
         if reason:
             raise StoreExistsError(
@@ -349,14 +501,14 @@ def check_replaceable(target: str, whole: bool = True) -> None:
         raise StoreExistsError(
             f"'{target}' exists and is not a folder; refusing to replace it with a store"
         )
-    if os.listdir(target) and not is_zarr_store(target):
+    if not is_zarr_store(target):
         raise StoreExistsError(
             f"'{target}' exists and is not a zarr store (no zarr.json, .zgroup or .zattrs at "
             "its top level); refusing to replace it: choose another path or remove it yourself"
         )
     foreign: list[str] = []
     below = list(_local_nodes_below(target, foreign))
-    reason = replace_refusal(local_document, target, parents, below)
+    reason = replace_refusal(local_document, target, parents, below, images_below=True)
     if reason:
         raise StoreExistsError(
             f"'{target}' {reason}; refusing to replace it: write the image to a path of its own"
@@ -382,7 +534,7 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
     ``overwrite``, and ``whole`` as for :func:`check_replaceable`). If the block fails, the
     folder is removed and ``target`` is untouched."""
     parent, base = os.path.split(target)  # absolute already (io.stores.absolute)
-    if _is_own_build_folder(base) and os.path.isdir(target) and not os.listdir(target):
+    if is_own_build_folder(base) and os.path.isdir(target) and not os.listdir(target):
         # already a fresh build folder of this process (convert builds its image in one):
         # built in place; the build folder's own swap makes it appear whole
         yield target
@@ -442,7 +594,7 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
 _HOST = "h" + hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
 
 
-def _is_own_build_folder(name: str) -> bool:
+def is_own_build_folder(name: str) -> bool:
     """Whether ``name`` is that of a build folder this process made (:func:`built_beside`)."""
     return (
         name.startswith(".")
@@ -504,10 +656,12 @@ def remove_stale_staging(parent: str, base: str) -> bool:
             if found.group(3) and not os.path.lexists(target):
                 # the old store, parked by a swap that was killed before the new one took
                 # its place: put back, the only copy of it there is
-                with contextlib.suppress(OSError):
+                try:
                     os.rename(left, target)
                     restored = True
-                    continue
+                except OSError:
+                    pass  # kept where it is: it may be the only copy
+                continue
             shutil.rmtree(left, ignore_errors=True)
     return restored
 

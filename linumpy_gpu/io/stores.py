@@ -201,6 +201,12 @@ def locate(
             raise StorePermissionError(
                 f"'{path}' was opened read-only (read_only=True); pass a writable store"
             )
+        root = getattr(path, "root", None)
+        local_kind = type(path).__name__ in ("LocalStore", "GDSStore")
+        if root is not None and local_kind and not must_exist and not path._is_open:
+            # a folder to write: used by its path (opening the store would make the folder,
+            # and a relative root names another folder once the process changes directory)
+            return StoreLocation(path, str(path), absolute(os.fspath(root)))
         if not getattr(path, "_is_open", True):
             # zarr opens a store on its first use through zarr's API; stores handed to us
             # (a ZipStore, say) are used directly, so they are opened here
@@ -208,9 +214,8 @@ def locate(
 
             with translated_errors(str(path)):
                 sync(path._open())
-        root = getattr(path, "root", None)
         local = (
-            os.fspath(root)
+            absolute(os.fspath(root))
             if root is not None and type(path).__name__ in ("LocalStore", "GDSStore")
             else None
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from linumpy_gpu.backends import resolve_backend
 from linumpy_gpu.engine.pyramid import LABEL_METHODS
 from linumpy_gpu.errors import (
     InvalidArgumentError,
+    LinumpyGpuWarning,
     StoreExistsError,
     UnsupportedWriteError,
     WriteError,
@@ -34,8 +36,8 @@ from linumpy_gpu.io.files import (
     UnitLocks,
     built_beside,
     check_replaceable,
-    is_zarr_store,
     json_object,
+    refresh_consolidated,
     refusal_above,
     replace_refusal,
 )
@@ -155,8 +157,7 @@ def write_ome_zarr(
                 target,
                 _progress_label,
             )
-        with translated_errors(target):
-            _consolidate_folders_above(target)
+        refresh_consolidated(target)
         return open_image(target, device=backend)
     _check_not_reading_from(data, location.store, "", location.where)
     root = _remote_group(location.store, "", plan, overwrite, location.where)
@@ -287,7 +288,7 @@ def write_labels(
                 {**kept, **value} if isinstance(value, dict) and isinstance(kept, dict) else value
             )
         labels_group.attrs.put(attributes)
-        _consolidate_again(store, prefix)
+        _consolidate_again(store, f"{labels_path}")
     with translated_errors(parent.path):
         fresh = zarr.open_group(store=store, path=prefix, mode="r", use_consolidated=False)
     return open_image(fresh, device=backend).labels[name]
@@ -295,33 +296,27 @@ def write_labels(
 
 def _consolidate_again(store: Any, path: str) -> None:
     """Bring consolidated metadata (ngff-zarr writes it for an image, HCS tools for a
-    plate) up to date in the group at ``path`` of ``store`` and every group above it, the
-    folders above a local store's root included (an image opened inside a plate), after a
-    write below them: readers that trust it (zarr-python by default) would otherwise miss
-    what was written, or read it with the old dtype and shape."""
-    parts = path.split("/") if path else []
-    for i in range(len(parts), -1, -1):
-        _consolidate_if_consolidated(store, "/".join(parts[:i]))
+    plate) up to date in the group at ``path`` of ``store`` and the groups above it, after
+    a write below them (local folders: :func:`refresh_consolidated`)."""
     root = getattr(store, "root", None)
     if root is not None:
-        _consolidate_folders_above(os.fspath(root))
-
-
-def _consolidate_folders_above(folder: str) -> None:
-    """:func:`_consolidate_again` for the zarr groups in the folders above ``folder``."""
-    folder = os.path.abspath(folder)
-    while (parent := os.path.dirname(folder)) != folder and is_zarr_store(parent):
-        _consolidate_if_consolidated(zarr.storage.LocalStore(parent), "")
-        folder = parent
-
-
-def _consolidate_if_consolidated(store: Any, path: str) -> None:
-    try:
-        group = zarr.open_group(store=store, path=path, mode="r", use_consolidated=None)
-    except Exception:  # not a group (or none readable there): nothing consolidated
+        refresh_consolidated(os.path.join(os.fspath(root), *path.split("/")) if path else root)
         return
-    if group.metadata.consolidated_metadata is not None:
-        zarr.consolidate_metadata(store, path=path, zarr_format=group.metadata.zarr_format)
+    parts = path.split("/") if path else []
+    for i in range(len(parts), -1, -1):
+        where = "/".join(parts[:i])
+        try:
+            group = zarr.open_group(store=store, path=where, mode="r", use_consolidated=None)
+            if group.metadata.consolidated_metadata is not None:
+                zarr.consolidate_metadata(store, path=where, zarr_format=group.metadata.zarr_format)
+        except Exception as exc:  # the data is written whatever its parents' copies say
+            warnings.warn(
+                f"the consolidated metadata of '{where or store}' could not be brought up "
+                f"to date ({type(exc).__name__}: {exc}): readers that trust it may not see "
+                "the new data",
+                LinumpyGpuWarning,
+                stacklevel=3,
+            )
 
 
 def _check_label_name(name: Any, parent: Any) -> None:
@@ -370,6 +365,7 @@ def _remote_group(
         if existing == "zarr" and not overwrite:
             raise StoreExistsError(f"'{where}' exists; pass overwrite=True to replace it")
         read, target, parents = _store_nodes(store, path)
+        read = _tolerant(read)
         if existing == "zarr":
             below = _groups_below(store, path, target)
             reason = replace_refusal(read, target, parents if whole else (), below)
@@ -386,6 +382,19 @@ def _remote_group(
         return zarr.open_group(store=store, path=path, mode="a", zarr_format=plan.zarr_format)
 
 
+def _tolerant(read: DocumentReader) -> DocumentReader:
+    """``read``, with a document that cannot be read (an object store's key above the
+    prefix the credentials cover, say) taken as missing: no node there to refuse for."""
+
+    def tolerant(node: str, name: str) -> dict[str, Any] | None:
+        try:
+            return read(node, name)
+        except Exception:
+            return None
+
+    return tolerant
+
+
 def _groups_below(store: Any, path: str, target: str) -> Iterator[str]:
     """The nodes under ``path`` of ``store`` that hold metadata documents of their own,
     named as :func:`_store_nodes` names ``path`` (``target``). Lazy: the store is listed
@@ -400,7 +409,7 @@ def _groups_below(store: Any, path: str, target: str) -> Iterator[str]:
     seen = set()
     for key in sync(listed()):
         inner, _, name = key[len(prefix) :].rpartition("/")
-        if inner and inner not in seen and name in ("zarr.json", ".zattrs", ".zgroup"):
+        if inner and inner not in seen and name in ("zarr.json", ".zattrs", ".zgroup", ".zarray"):
             seen.add(inner)
             yield f"{target}/{inner}" if target else inner
 

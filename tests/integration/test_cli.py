@@ -1037,3 +1037,27 @@ def test_a_fill_value_the_dtype_cannot_hold_is_refused(tmp_path, fill):
     with pytest.raises(lg.WriteError, match="fill_value"):
         lg.write_ome_zarr(tmp_path / "a.zarr", np.ones((8, 16, 16), "u1"), fill_value=fill)
     assert not (tmp_path / "a.zarr").exists()
+
+
+def test_convert_into_a_consolidated_group_lists_the_new_image_not_its_build_folder(
+    image_path, tmp_path
+):
+    group = tmp_path / "study.zarr"
+    zarr.open_group(str(group), mode="w", zarr_format=3)
+    zarr.consolidate_metadata(str(group))
+    assert main(["convert", str(image_path), str(group / "b"), "--device", "cpu"]) == 0
+    opened = zarr.open_group(str(group), mode="r")  # trusts the consolidated copy
+    assert set(opened.metadata.consolidated_metadata.metadata) == {"b"}
+    assert opened["b/0"].shape == lg.open_ome_zarr(image_path)[0].shape
+
+
+def test_convert_into_a_series_of_a_bioformats2raw_collection(image_path, tmp_path):
+    """A series of a collection is an image of its own: converted there like anywhere."""
+    root = tmp_path / "b2r.zarr"
+    group = zarr.open_group(str(root), mode="w", zarr_format=3)
+    group.attrs.put({"ome": {"version": "0.5", "bioformats2raw.layout": 3}})
+    assert main(["convert", str(image_path), str(root / "0"), "--device", "cpu"]) == 0
+    assert main(["convert", str(image_path), str(root / "0"), "--overwrite"]) == 0
+    np.testing.assert_array_equal(
+        lg.open_ome_zarr(root / "0")[0][...], lg.open_ome_zarr(image_path)[0][...]
+    )

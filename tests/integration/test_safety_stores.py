@@ -277,12 +277,35 @@ def test_writes_inside_a_plate_keep_its_consolidated_metadata_true(tmp_path, ver
     relabel = (volume() % 3).astype("u2") + 300
     lg.write_labels(f"{root}/A/1/0", "cells", relabel, overwrite=True)
     lg.write_ome_zarr(f"{root}/A/2/1", np.ones((8, 8, 8), "f4"), overwrite=True, version=version)
+    lg.write_ome_zarr(f"{root}/A/1/5", np.ones((4, 8, 8), "u1"), version=version)  # a new field
     plate = zarr.open_group(root, mode="r")  # use_consolidated=None: trusts the root's copy
     assert plate.metadata.consolidated_metadata is not None
     label = plate["A/1/0/labels/cells/0"]
     assert label.dtype == np.uint16 and int(label[0, 0, 0]) == int(relabel[0, 0, 0])
     field = plate["A/2/1/0"]
     assert field.shape == (8, 8, 8) and field.dtype == np.float32
+    assert plate["A/1/5/0"].shape == (4, 8, 8)
+    assert sorted(k for k, _ in plate.members(max_depth=None)) == sorted(
+        k
+        for k, _ in zarr.open_group(root, mode="r", use_consolidated=False).members(max_depth=None)
+    )
+
+
+def test_concurrent_writes_inside_a_consolidated_plate_are_all_listed(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = str(tmp_path / "plate.zarr")
+    _plate(root, "0.5")
+    zarr.consolidate_metadata(root)
+
+    def write(i: int) -> None:
+        lg.write_ome_zarr(f"{root}/A/{1 + i % 2}/{10 + i}", np.full((4, 8, 8), i, "u1"))
+
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(write, range(6)))
+    plate = zarr.open_group(root, mode="r")
+    for i in range(6):
+        assert int(plate[f"A/{1 + i % 2}/{10 + i}/0"][0, 0, 0]) == i
 
 
 def test_plate_and_well_keys_of_the_wrong_kind_are_not_found_errors(tmp_path):
@@ -1101,3 +1124,162 @@ def test_a_store_that_lands_while_another_is_built_is_replaced_or_refused(tmp_pa
         lg.write_ome_zarr(target, volume(seed=3), device="cpu")
     np.testing.assert_array_equal(lg.open_ome_zarr(target)[0][...], volume(seed=1))
     assert [p.name for p in tmp_path.iterdir()] == ["new.zarr"]
+
+
+# -- what a replacement may take with it ----------------------------------------------------
+
+
+@pytest.mark.parametrize("litter", [".DS_Store", "Thumbs.db", "._0", "@eaDir"])
+def test_file_managers_litter_does_not_block_a_replacement(store, litter):
+    where = store / "0" / litter if litter == "._0" else store / litter
+    if litter == "@eaDir":
+        where.mkdir()
+        (where / "thumb.jpg").write_bytes(b"\xff\xd8")
+    else:
+        where.write_bytes(b"\x00")
+    img = lg.write_ome_zarr(store, volume(seed=2), overwrite=True, levels=1)
+    np.testing.assert_array_equal(img[0][...], volume(seed=2))
+
+
+@pytest.mark.parametrize(
+    "hidden",
+    [
+        ".git/annex/objects/precious",
+        ".datalad/config",
+        "analysis.partial/results.csv",  # named like a temporary file, not one of ours
+        "old_runs/run1.ome.zarr",  # an image in a plain folder inside the image
+    ],
+)
+def test_user_data_in_a_store_blocks_a_replacement(store, tmp_path, hidden):
+    """A DataLad or git-annex dataset's own files are data, hidden or not."""
+    if hidden.endswith(".ome.zarr"):
+        lg.write_ome_zarr(tmp_path / "run1.ome.zarr", volume(), levels=1)
+        (store / hidden).parent.mkdir()
+        (tmp_path / "run1.ome.zarr").rename(store / hidden)
+    else:
+        (store / hidden).parent.mkdir(parents=True)
+        (store / hidden).write_text("weeks of work")
+    before = snapshot(store)
+    with pytest.raises(lg.StoreExistsError, match="not part of a zarr store|holds the image"):
+        lg.write_ome_zarr(store, volume(seed=2), overwrite=True, levels=1)
+    assert snapshot(store) == before
+
+
+def test_folders_without_metadata_are_walked_not_refused(tmp_path):
+    """Levels at nested paths (tensorstore writes ``s0/data`` and no group at ``s0``), and
+    an empty folder a failed label write left: the image is still replaced."""
+    path = tmp_path / "img.zarr"
+    lg.write_ome_zarr(path, volume(), levels=1)
+    (path / "0").rename(tmp_path / "level")
+    (path / "s0").mkdir()
+    (tmp_path / "level").rename(path / "s0" / "data")
+    (path / "labels").mkdir()
+    img = lg.write_ome_zarr(path, volume(seed=2), overwrite=True, levels=1)
+    np.testing.assert_array_equal(img[0][...], volume(seed=2))
+
+
+def test_an_empty_folder_with_only_litter_is_written_into(tmp_path):
+    target = tmp_path / "new.zarr"
+    target.mkdir()
+    (target / ".DS_Store").write_bytes(b"\x00")
+    img = lg.write_ome_zarr(target, volume(), overwrite=True, levels=1)
+    np.testing.assert_array_equal(img[0][...], volume())
+
+
+def test_a_group_holding_a_v2_array_of_metadata_alone_is_not_replaced_on_an_object_store():
+    """zarr v2 arrays may hold a .zarray and no .zattrs (zarr-python 2 writes them so)."""
+    import fsspec
+
+    url = f"memory://v2-array-{os.getpid()}/g.zarr"
+    group = zarr.open_group(url, mode="w", zarr_format=2)
+    group.create_array("raw", shape=(4,), dtype="u1", fill_value=3)
+    fs = fsspec.filesystem("memory")
+    key = url.split("://")[1]
+    fs.rm(f"{key}/raw/.zattrs") if fs.exists(f"{key}/raw/.zattrs") else None
+    with pytest.raises(lg.StoreExistsError, match="holds the zarr array"):
+        lg.write_ome_zarr(url, volume(), overwrite=True, levels=1)
+    assert zarr.open_array(f"{url}/raw", mode="r")[0] == 3
+    fs.rm(key, recursive=True)
+
+
+def test_a_new_remote_image_is_written_where_the_keys_above_it_cannot_be_read(monkeypatch):
+    """Credentials may cover only the user's own prefix of a bucket: parents whose
+    metadata cannot be read hold no image to refuse for."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    reads: list[str] = []
+    original = MemoryFileSystem.cat_file
+
+    def cat_file(self, path, *args, **kwargs):
+        reads.append(path)
+        if "/users/me/" not in path:
+            raise PermissionError(f"AccessDenied: {path}")
+        return original(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(MemoryFileSystem, "cat_file", cat_file)
+    url = f"memory://bucket-{os.getpid()}/users/me/project/img.ome.zarr"
+    img = lg.write_ome_zarr(url, volume(), levels=1)
+    np.testing.assert_array_equal(img[0][...], volume())
+    assert [r for r in reads if "/users/me/" not in r]  # they were looked at, and refused
+
+
+def test_a_parked_store_that_cannot_be_put_back_is_kept(store, tmp_path, monkeypatch):
+    from linumpy_gpu.io import files
+
+    dead = 2**22 + 12345
+    parked = tmp_path / f".{store.name}.{files._HOST}.{dead}-0123abcd.linumpy-gpu-partial.old"
+    store.rename(parked)
+
+    def refuse(src, dst):
+        raise OSError(39, "Directory not empty")  # another store landed there meanwhile
+
+    monkeypatch.setattr(files.os, "rename", refuse)
+    assert files.remove_stale_staging(str(tmp_path), store.name) is False
+    monkeypatch.undo()
+    np.testing.assert_array_equal(lg.open_ome_zarr(parked)[0][...], volume())
+
+
+def test_a_killed_writers_partial_files_beside_unnested_chunk_keys_are_removed(tmp_path):
+    """Chunk keys without folders (zarr v2 '.' keys): the array's own folder is cleared of
+    a dead writer's temporary files by the next write, as nested chunk folders are."""
+    from linumpy_gpu.io import files
+
+    path = tmp_path / "v2.zarr"
+    lg.write_ome_zarr(path, volume(), levels=1, version="0.4")
+    dead = 2**22 + 12345
+    partial = path / "0" / f".0.0.0.{files._HOST}.{dead}-0123abcd.partial"
+    partial.write_bytes(b"half a chunk")
+    img = lg.open_ome_zarr(path, mode="r+")
+    img[0][0:4] = np.zeros((4, *volume().shape[1:]), volume().dtype)
+    assert not partial.exists()
+
+
+@pytest.mark.parametrize("relative", [True, False])
+def test_a_local_store_object_is_written_by_its_folder(tmp_path, monkeypatch, relative):
+    """A zarr LocalStore given as the destination: a relative root is the folder it names
+    when given, and a new one is written without overwrite."""
+    monkeypatch.chdir(tmp_path)
+    root = "img.ome.zarr" if relative else str(tmp_path / "img.ome.zarr")
+    img = lg.write_ome_zarr(zarr.storage.LocalStore(root), volume(), levels=1)
+    np.testing.assert_array_equal(img[0][...], volume())
+    again = lg.write_ome_zarr(zarr.storage.LocalStore(root), volume(seed=2), overwrite=True)
+    np.testing.assert_array_equal(again[0][...], volume(seed=2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["img.ome.zarr"]
+
+
+def test_consolidated_metadata_that_cannot_be_refreshed_warns_and_keeps_the_image(
+    tmp_path, monkeypatch
+):
+    from linumpy_gpu.io import files
+
+    parent = tmp_path / "group.zarr"
+    zarr.open_group(parent, mode="w", zarr_format=3)
+    zarr.consolidate_metadata(parent)
+
+    def refuse(path, document):
+        raise PermissionError(13, "Permission denied")  # a group the user may not write
+
+    monkeypatch.setattr(files, "_write_document", refuse)
+    with pytest.warns(lg.LinumpyGpuWarning, match="could not be brought up to date"):
+        img = lg.write_ome_zarr(parent / "new", volume(), levels=1)
+    np.testing.assert_array_equal(img[0][...], volume())
