@@ -305,7 +305,7 @@ def _litter_or_ours(name: str) -> bool:
     file, a build folder; never a store an interrupted swap parked)."""
     return (
         name in _LITTER
-        or name.startswith("._")
+        or name.startswith(("._", ".nfs"))  # AppleDouble files; NFS's renamed open files
         or name == LOCK_FILE
         or _PARTIAL.fullmatch(name) is not None
         or _BUILD_FOLDER.fullmatch(name) is not None
@@ -364,7 +364,7 @@ def refresh_consolidated(changed: str) -> None:
     while is_zarr_store(folder):
         try:
             _refresh_entries(folder, os.path.relpath(changed, folder).replace(os.sep, "/"))
-        except (OSError, ValueError, TypeError, KeyError) as exc:
+        except Exception as exc:  # whatever the documents hold, the data is written
             warnings.warn(
                 f"'{changed}' was written, but the consolidated metadata in '{folder}' could "
                 f"not be brought up to date ({type(exc).__name__}: {exc}): readers that "

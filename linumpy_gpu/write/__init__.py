@@ -288,7 +288,9 @@ def write_labels(
                 {**kept, **value} if isinstance(value, dict) and isinstance(kept, dict) else value
             )
         labels_group.attrs.put(attributes)
-        _consolidate_again(store, f"{labels_path}")
+    # outside the listing's lock: the refresh takes the lock of each consolidated group
+    # above, the labels group's own among them (one lock per file where locks are flock)
+    _consolidate_again(store, labels_path)
     with translated_errors(parent.path):
         fresh = zarr.open_group(store=store, path=prefix, mode="r", use_consolidated=False)
     return open_image(fresh, device=backend).labels[name]

@@ -110,7 +110,9 @@ def plan_image(
     axis_names = [a.name if isinstance(a, Axis) else a for a in axes]
     if len(axis_names) != ndim:
         raise WriteError(f"{len(axis_names)} axes {axis_names} for {ndim}-D data of shape {shape}")
-    if any(n in ("T", "C", "Z", "Y", "X") for n in axis_names):
+    if isinstance(axes, str) and any(n in ("T", "C", "Z", "Y", "X") for n in axis_names):
+        # names given as text get NGFF types from lower-case t, c, z, y, x only (Axis
+        # objects, an image's own axes, keep the names and types they have)
         raise WriteError(
             f"axis names are lower case: {''.join(n.lower() for n in axis_names)!r} "
             f"(t, c, z, y, x get their NGFF types), got {axes!r}"

@@ -4,6 +4,7 @@ and the demo never touches files it did not write."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -1129,7 +1130,7 @@ def test_a_store_that_lands_while_another_is_built_is_replaced_or_refused(tmp_pa
 # -- what a replacement may take with it ----------------------------------------------------
 
 
-@pytest.mark.parametrize("litter", [".DS_Store", "Thumbs.db", "._0", "@eaDir"])
+@pytest.mark.parametrize("litter", [".DS_Store", "Thumbs.db", "._0", "@eaDir", ".nfs0000abcd"])
 def test_file_managers_litter_does_not_block_a_replacement(store, litter):
     where = store / "0" / litter if litter == "._0" else store / litter
     if litter == "@eaDir":
@@ -1280,6 +1281,63 @@ def test_consolidated_metadata_that_cannot_be_refreshed_warns_and_keeps_the_imag
         raise PermissionError(13, "Permission denied")  # a group the user may not write
 
     monkeypatch.setattr(files, "_write_document", refuse)
+    with pytest.warns(lg.LinumpyGpuWarning, match="could not be brought up to date"):
+        img = lg.write_ome_zarr(parent / "new", volume(), levels=1)
+    np.testing.assert_array_equal(img[0][...], volume())
+
+
+def test_a_label_write_never_takes_a_lock_file_it_already_holds(tmp_path, monkeypatch):
+    """Where locks cover a whole file (systems without byte-range locks), taking a lock
+    file's lock again while holding it waits forever: a label write into a labels group
+    with consolidated metadata of its own must take each lock once at a time."""
+    from linumpy_gpu.io import files
+
+    path = tmp_path / "img.ome.zarr"
+    lg.write_ome_zarr(path, volume(), levels=1)
+    lg.write_labels(path, "a", (volume() % 3).astype("u1"))
+    zarr.consolidate_metadata(str(path / "labels"))
+    held: list[str] = []
+    original = files.UnitLocks.hold
+
+    @contextlib.contextmanager
+    def hold(self, units):
+        assert self.path not in held, f"{self.path} taken again while held"
+        held.append(self.path)
+        try:
+            with original(self, units):
+                yield
+        finally:
+            held.remove(self.path)
+
+    monkeypatch.setattr(files.UnitLocks, "hold", hold)
+    label = lg.write_labels(path, "b", (volume() % 5).astype("u1"))
+    np.testing.assert_array_equal(label[0][...], (volume() % 5).astype("u1"))
+    listed = zarr.open_group(str(path / "labels"), mode="r")  # its consolidated copy
+    assert {"a", "b"} <= set(listed.metadata.consolidated_metadata.metadata)
+
+
+def test_an_image_s_own_axes_are_written_whatever_their_case(tmp_path):
+    """Axis objects keep their names and types: an image with axes named Z, Y, X (NGFF
+    names are free text) is copied and labelled as it is."""
+    from linumpy_gpu.ngff import Axis
+
+    axes = [Axis("Z", "space", "micrometer"), Axis("Y", "space"), Axis("X", "space")]
+    img = lg.write_ome_zarr(tmp_path / "a.zarr", volume(), axes=axes, levels=1)
+    copy = lg.write_ome_zarr(tmp_path / "b.zarr", img[0].read(), axes=img.axes, levels=1)
+    assert copy.axis_names == ("Z", "Y", "X")
+    lg.write_labels(copy, "cells", (volume() % 3).astype("u1"))
+    with pytest.raises(lg.WriteError, match="lower case"):
+        lg.write_ome_zarr(tmp_path / "c.zarr", volume(), axes="ZYX")
+
+
+def test_consolidated_metadata_of_an_unexpected_form_warns_and_keeps_the_image(tmp_path):
+    import json
+
+    parent = tmp_path / "group.zarr"
+    zarr.open_group(parent, mode="w", zarr_format=3)
+    document = json.loads((parent / "zarr.json").read_text())
+    document["consolidated_metadata"] = {"kind": "inline", "metadata": None}
+    (parent / "zarr.json").write_text(json.dumps(document))
     with pytest.warns(lg.LinumpyGpuWarning, match="could not be brought up to date"):
         img = lg.write_ome_zarr(parent / "new", volume(), levels=1)
     np.testing.assert_array_equal(img[0][...], volume())
