@@ -299,7 +299,7 @@ _GROUP_FILES = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
 _LITTER = {".DS_Store", "Thumbs.db", "desktop.ini", "Icon\r", "@eaDir", ".directory"}
 
 
-def _litter_or_ours(name: str) -> bool:
+def is_litter_or_ours(name: str) -> bool:
     """Whether a folder entry of this name is nobody's data: file managers' litter, or
     what linumpy_gpu leaves while it works (its lock file, an atomic write's temporary
     file, a build folder; never a store an interrupted swap parked)."""
@@ -315,7 +315,7 @@ def _litter_or_ours(name: str) -> bool:
 def holds_nothing(folder: str) -> bool:
     """Whether ``folder`` holds nothing but litter and linumpy_gpu's own files."""
     try:
-        return all(_litter_or_ours(name) for name in os.listdir(folder))
+        return all(is_litter_or_ours(name) for name in os.listdir(folder))
     except OSError:
         return False
 
@@ -331,7 +331,7 @@ def _local_nodes_below(folder: str, found: list[str]) -> Iterator[str]:
     except OSError:
         return
     for entry in entries:
-        if entry.is_symlink() or entry.name in _GROUP_FILES or _litter_or_ours(entry.name):
+        if entry.is_symlink() or entry.name in _GROUP_FILES or is_litter_or_ours(entry.name):
             continue
         if not entry.is_dir(follow_symlinks=False):
             found.append(entry.path)
@@ -443,7 +443,7 @@ def _subtree(folder: str, prefix: str = "", depth: int = 0) -> Iterator[str]:
         return
     for name in names:
         path = os.path.join(folder, name)
-        if name in _GROUP_FILES or _litter_or_ours(name) or not os.path.isdir(path):
+        if name in _GROUP_FILES or is_litter_or_ours(name) or not os.path.isdir(path):
             continue
         if is_zarr_store(path):
             yield from _subtree(path, _joined(prefix, name), depth + 1)

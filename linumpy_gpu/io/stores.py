@@ -103,6 +103,14 @@ def local_path(path: str) -> str | None:
         host, slash, inner = rest.partition("/")
         if host.lower() == "localhost":  # file://localhost/x is /x (RFC 8089)
             rest = slash + inner or "/"
+        elif host and protocol == "file":
+            # file://host/x names a file on another machine; read as a local path, it
+            # would be ./host/x, a folder the user never meant
+            raise InvalidArgumentError(
+                f"'{path}' names the host '{host}', not this machine: give a local path "
+                f"as file:///{rest} (three slashes), or the path where that host's share "
+                "is mounted here"
+            )
         return absolute(rest)
     return None
 

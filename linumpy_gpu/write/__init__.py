@@ -14,7 +14,7 @@ import contextlib
 import os
 import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from linumpy_gpu.io.files import (
     UnitLocks,
     built_beside,
     check_replaceable,
+    is_litter_or_ours,
     json_object,
     refresh_consolidated,
     refusal_above,
@@ -368,9 +369,13 @@ def _remote_group(
             raise StoreExistsError(f"'{where}' exists; pass overwrite=True to replace it")
         read, target, parents = _store_nodes(store, path)
         read = _tolerant(read)
+        keys: list[str] = []
         if existing == "zarr":
-            below = _groups_below(store, path, target)
+            keys = _keys_below(store, path)
+            below, foreign = _nodes_and_foreign(keys, target, read)
             reason = replace_refusal(read, target, parents if whole else (), below)
+            if reason is None and foreign:
+                reason = f"holds '{foreign}', which is not part of a zarr store"
         else:
             reason = refusal_above(read, parents, new=True) if whole else None
         if reason:
@@ -378,7 +383,7 @@ def _remote_group(
                 f"'{where}' {reason}; refusing to write there: write the image to a path of its own"
             )
         if existing == "zarr":
-            _remove_objects_below(store, path)
+            _remove_objects(store, [f"{path}/{k}" if path else k for k in keys])
         # not zarr's mode "w": it removes the path's prefix as a whole, which on an object
         # store also takes an object named like the store itself (a user's file, not ours)
         return zarr.open_group(store=store, path=path, mode="a", zarr_format=plan.zarr_format)
@@ -397,37 +402,51 @@ def _tolerant(read: DocumentReader) -> DocumentReader:
     return tolerant
 
 
-def _groups_below(store: Any, path: str, target: str) -> Iterator[str]:
-    """The nodes under ``path`` of ``store`` that hold metadata documents of their own,
-    named as :func:`_store_nodes` names ``path`` (``target``). Lazy: the store is listed
-    only where the caller looks (an image's own levels and labels are not looked at)."""
+def _keys_below(store: Any, path: str) -> list[str]:
+    """The keys of the objects below ``path`` of ``store``, relative to it."""
     from zarr.core.sync import sync
 
     prefix = f"{path}/" if path else ""
 
     async def listed() -> list[str]:
-        return [k async for k in store.list_prefix(prefix)]
+        return [k[len(prefix) :] async for k in store.list_prefix(prefix) if k.startswith(prefix)]
 
-    seen = set()
-    for key in sync(listed()):
-        inner, _, name = key[len(prefix) :].rpartition("/")
-        if inner and inner not in seen and name in ("zarr.json", ".zattrs", ".zgroup", ".zarray"):
-            seen.add(inner)
-            yield f"{target}/{inner}" if target else inner
+    return sync(listed())
 
 
-def _remove_objects_below(store: Any, path: str) -> None:
-    """Delete the objects of the zarr store at ``path`` of ``store``: those whose keys lie
-    below it, one by one."""
+def _nodes_and_foreign(
+    keys: list[str], target: str, read: DocumentReader
+) -> tuple[list[str], str | None]:
+    """From the keys below ``target`` (relative to it): the zarr nodes there, named as
+    :func:`_store_nodes` names ``target``, and the first key that is neither metadata
+    nor a chunk of an array nor litter (a user's object among the store's), or None."""
+    named = {}
+    for key in keys:
+        inner, _, name = key.rpartition("/")
+        if name in ("zarr.json", ".zattrs", ".zgroup", ".zarray") and inner:
+            named[inner] = f"{target}/{inner}" if target else inner
+    arrays = [
+        inner
+        for inner, node in named.items()
+        if f"{inner}/.zarray" in keys or (read(node, "zarr.json") or {}).get("node_type") == "array"
+    ]
+    for key in keys:
+        inner, _, name = key.rpartition("/")
+        if name in ("zarr.json", ".zattrs", ".zgroup", ".zarray", ".zmetadata"):
+            continue
+        if any(key.startswith(f"{a}/") for a in arrays) or is_litter_or_ours(name):
+            continue
+        return list(named.values()), f"{target}/{key}" if target else key
+    return list(named.values()), None
+
+
+def _remove_objects(store: Any, keys: list[str]) -> None:
+    """Delete the objects ``keys`` (full keys) of ``store``, one by one."""
     from zarr.core.sync import sync
 
-    prefix = f"{path}/" if path else ""
-
     async def remove() -> None:
-        keys = [k async for k in store.list_prefix(prefix)]
         for key in keys:
-            if key and key != path and key.startswith(prefix):
-                await store.delete(key)
+            await store.delete(key)
 
     sync(remove())
 

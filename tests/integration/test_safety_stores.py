@@ -654,6 +654,17 @@ def test_file_url_with_localhost_is_the_local_path(tmp_path):
     assert local_path("file://LOCALHOST") == "/"
 
 
+def test_a_file_url_naming_another_host_is_refused_not_written_here(tmp_path, monkeypatch):
+    """file://server/share/x.zarr names a file on another machine: fsspec would read it
+    as ./server/share/x.zarr, a folder the user never meant."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(lg.InvalidArgumentError, match="names the host 'server'"):
+        lg.write_ome_zarr("file://server/share/x.zarr", volume(), device="cpu")
+    with pytest.raises(lg.InvalidArgumentError, match="names the host 'server'"):
+        lg.open_ome_zarr("file://server/share/x.zarr")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     ("path", "meant"),
     [("s3:/bucket/x.zarr", "s3://bucket/x.zarr"), ("file:/data/x.zarr", "file:///data/x.zarr")],
@@ -1341,3 +1352,22 @@ def test_consolidated_metadata_of_an_unexpected_form_warns_and_keeps_the_image(t
     with pytest.warns(lg.LinumpyGpuWarning, match="could not be brought up to date"):
         img = lg.write_ome_zarr(parent / "new", volume(), levels=1)
     np.testing.assert_array_equal(img[0][...], volume())
+
+
+def test_user_objects_in_a_store_on_an_object_store_block_a_replacement():
+    """On object stores as on disks: a user's object among the store's (not metadata,
+    not a chunk of an array) is not deleted by a replacement."""
+    import fsspec
+
+    url = f"memory://foreign-{os.getpid()}/img.ome.zarr"
+    lg.write_ome_zarr(url, volume(), levels=1)
+    fs = fsspec.filesystem("memory")
+    key = url.split("://")[1]
+    fs.pipe(f"{key}/notes/scan_0001.tif", b"II*\x00weeks of work")
+    with pytest.raises(lg.StoreExistsError, match="not part of a zarr store"):
+        lg.write_ome_zarr(url, volume(seed=2), overwrite=True, levels=1)
+    assert fs.cat(f"{key}/notes/scan_0001.tif") == b"II*\x00weeks of work"
+    fs.rm(f"{key}/notes", recursive=True)
+    img = lg.write_ome_zarr(url, volume(seed=2), overwrite=True, levels=1)
+    np.testing.assert_array_equal(img[0][...], volume(seed=2))
+    fs.rm(key, recursive=True)
