@@ -40,10 +40,8 @@ from linumpy_gpu.errors import (
     CodecError,
     DamagedChunkWarning,
     InvalidArgumentError,
-    InvalidMetadataError,
     LinumpyGpuError,
     StoreError,
-    StoreNotFoundError,
     warn,
 )
 from linumpy_gpu.io.sources import ByteRequest, ByteSource, Runs, merge_ranges, source_for
@@ -115,6 +113,8 @@ class ChunkedArrayReader:
             "zarr.json" if self.layout.zarr_format == 3 else ".zarray"
         )
         self._metadata_version = self._versions([self._metadata_key])[0]
+        # where the source tells no versions: the layout as stored, to compare with later
+        self._stored = self._stored_layout() if self._metadata_version is None else None
         self._lock = threading.Lock()
         self.last_profile: dict[str, float] = {}
         # stored bytes per decoded byte, learned from reads (sizes staging per batch): the
@@ -272,11 +272,18 @@ class ChunkedArrayReader:
     def check_unchanged(self, writing: bool = False) -> None:
         """Refuse to read or write through metadata that is no longer the array's: the
         store was replaced (``write_ome_zarr(..., overwrite=True)``) since it was opened.
-        Where the source cannot tell versions (object stores), a write (``writing``)
-        compares the array's metadata as stored now with what it was: chunks encoded for
-        another layout would damage the array they land in."""
+        Where the source cannot tell versions (object stores, HTTP), the array's metadata
+        as stored now is compared with what it was (one read of it): chunks of another
+        dtype or layout would be read as this one's, or written for the wrong one, and a
+        removed array would read as fill values. ``writing``: the caller writes."""
         if self._metadata_version is None:
-            if writing and not self._same_metadata():
+            stored = self._stored_layout()
+            if stored is None:
+                raise StoreError(
+                    f"'{self.name}' was removed since it was opened (its metadata is gone); "
+                    "open the store again if it exists"
+                )
+            if stored != self._stored:
                 raise StoreError(
                     f"'{self.name}' was replaced since it was opened (its metadata changed); "
                     "open the store again"
@@ -294,26 +301,25 @@ class ChunkedArrayReader:
                 "open the store again"
             )
 
-    def _same_metadata(self) -> bool:
-        """Whether the array's layout as stored now (its metadata without attributes)
-        equals what it was when opened; one read of the metadata document."""
-        import zarr
+    def _stored_layout(self) -> str | None:
+        """The array's metadata document as stored now, without its attributes (which may
+        change without the data changing), as comparable text; None where it is gone.
+        One small read, parsed by hand: zarr's own parsing would cost a small read more
+        than the read itself."""
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
 
-        def text(metadata: Any) -> str:
-            document = {k: v for k, v in metadata.to_dict().items() if k != "attributes"}
-            return json.dumps(document, sort_keys=True, default=str)
-
+        with translated_errors(self.name):
+            raw = sync(self.array.store.get(self._metadata_key, default_buffer_prototype()))
+        if raw is None:
+            return None
         try:
-            with translated_errors(self.name, metadata=True):
-                now = zarr.open_array(
-                    store=self.array.store,
-                    path=self.array.store_path.path,
-                    mode="r",
-                    zarr_format=self.array.metadata.zarr_format,
-                )
-        except (StoreNotFoundError, InvalidMetadataError, FileNotFoundError):
-            return False  # removed, or something else stands there now
-        return text(now.metadata) == text(self.array.metadata)
+            document = json.loads(raw.to_bytes())
+        except ValueError:
+            return ""  # not the JSON it was: something else stands there now
+        if isinstance(document, dict):
+            document.pop("attributes", None)
+        return json.dumps(document, sort_keys=True)
 
     def _versions(self, keys: Sequence[str]) -> list[Hashable | None]:
         versions = getattr(self.source, "versions", None)

@@ -375,6 +375,10 @@ def translate(exc: BaseException, where: str, what: str = "store") -> LinumpyGpu
         return StoreNotFoundError(f"'{where}' holds no zarr group ({text})")
     if isinstance(exc, FileNotFoundError):
         return StoreNotFoundError(f"'{where}': not found ({text})")
+    if module.startswith("botocore") and "BotoCoreError" in names:
+        # botocore's own connection, timeout and protocol failures (not Python's
+        # ConnectionError): the object store could not be reached or answered nothing
+        return RemoteStoreError(f"'{where}' could not be reached ({type(exc).__name__}: {text})")
     if module.startswith("aiohttp") or isinstance(exc, ConnectionError | TimeoutError):
         return RemoteStoreError(f"'{where}' could not be reached ({type(exc).__name__}: {text})")
     if "MetadataValidationError" in names or "NodeTypeValidationError" in names:

@@ -151,7 +151,10 @@ def test_http_requests_per_read_a_shard_at_most_twice(http):
     for _ in range(2):  # every read: its own requests (indexes are trusted for one read)
         http.log.clear()
         np.testing.assert_array_equal(img[0][:, 0:128, 0:128], SPREAD[:, 0:128, 0:128])
-        gets = http.log.gets()
+        # and the array's metadata, before and after: the store may have been replaced
+        metadata = [r for r in http.log.gets() if r.path.endswith("/0/zarr.json")]
+        assert len(metadata) == 2
+        gets = [r for r in http.log.gets() if r not in metadata]
         assert {r.path for r in gets} == {shard}
         if http.ranges:
             assert len(gets) == 1 + 4
@@ -168,7 +171,7 @@ def test_http_whole_level_of_many_shards_fetches_each_shard_once_for_its_chunks(
     img = lg.open_ome_zarr(f"{http.url}/sharded.ome.zarr")
     http.log.clear()
     np.testing.assert_array_equal(img[0][...], DATA)
-    gets = http.log.gets()
+    gets = [r for r in http.log.gets() if not r.path.endswith("zarr.json")]
     shards = {r.path for r in gets}
     assert len(shards) == 2 * 2 * 2  # of 8 inner chunks each: 64 chunks
     for shard in shards:
@@ -313,6 +316,46 @@ def test_s3_existing_store_is_replaced_only_with_overwrite(s3: S3Server):
     )
     fs.invalidate_cache()
     assert fs.cat_file("linumpy/replaced.ome.zarr") == b"notes"
+
+
+def test_an_old_s3_handle_refuses_to_read_a_replaced_or_removed_store(s3: S3Server):
+    """Object stores tell no versions: an image opened before its store was replaced with
+    another dtype, or removed, refuses to read (in this process and in dask tasks) rather
+    than read the new bytes as the old dtype, or fill values."""
+    import s3fs
+
+    options = s3.storage_options
+    url = "s3://linumpy/stale.ome.zarr"
+    lg.write_ome_zarr(url, DATA, chunks=(8, 16, 16), storage_options=options, device="cpu")
+    old = lg.open_ome_zarr(url, storage_options=options)[0]
+    lazy = old.to_dask()
+    lg.write_ome_zarr(
+        url, DATA.astype("i2"), chunks=(8, 16, 16), storage_options=options, overwrite=True
+    )
+    for read in (old.read, lambda: old[0:4], lazy.compute):
+        with pytest.raises(lg.StoreError, match="replaced"):
+            read()
+    again = lg.open_ome_zarr(url, storage_options=options)[0]
+    s3fs.S3FileSystem(**options).rm("linumpy/stale.ome.zarr", recursive=True)
+    with pytest.raises(lg.StoreError, match="replaced|removed"):
+        again.read()
+
+
+def test_an_unreachable_s3_server_is_a_remote_store_error():
+    need("moto", "s3fs", "aiohttp")
+    with moto_s3_server() as server:
+        options = server.storage_options
+        url = "s3://linumpy-gone/gone.ome.zarr"
+        import s3fs
+
+        s3fs.S3FileSystem(skip_instance_cache=True, **options).mkdir("linumpy-gone")
+        lg.write_ome_zarr(url, DATA, storage_options=options, device="cpu")
+        level = lg.open_ome_zarr(url, storage_options=options)[0]
+    options = {**options, "config_kwargs": {"retries": {"max_attempts": 1}}}
+    with pytest.raises(lg.RemoteStoreError, match="could not be reached"):
+        level.read()
+    with pytest.raises(lg.RemoteStoreError, match="could not be reached"):
+        lg.open_ome_zarr(url, storage_options=options)
 
 
 @pytest.mark.parametrize(
