@@ -63,8 +63,10 @@ def downsample(
                 redone = _gaussian(quarter, factors, xp)[sample]
                 # a smoothing stays within its inputs' range: the rounding of the weights
                 # may not carry it past the largest value
+                # (infinite inputs smooth to infinities: those stay as they are)
                 top = work_dtype.type(np.finfo(work_dtype).max / 4)
-                redone = xp.clip(redone, -top, top) * work_dtype.type(4)
+                clipped = xp.where(xp.isfinite(redone), xp.clip(redone, -top, top), redone)
+                redone = clipped * work_dtype.type(4)
                 out = xp.where(bad, redone, out)
         return _cast_back(out, a.dtype, xp)
     if a.dtype.kind in "iu":

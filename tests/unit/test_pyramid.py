@@ -132,6 +132,18 @@ def test_gaussian_of_the_largest_value_is_the_largest_value(factor):
     np.testing.assert_allclose(got, big, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", ["f4", "f8"])
+def test_gaussian_levels_keep_infinite_values_infinite(dtype):
+    """Infinities smooth to infinities (as scipy's filter gives them), never to the
+    largest finite value."""
+    a = np.ones((16, 16), dtype=dtype)
+    a[3, 5], a[10, 12] = np.inf, -np.inf
+    got = downsample(a, (2, 2), "gaussian")
+    assert np.isposinf(got).any() and np.isneginf(got).any()
+    assert not np.isnan(got).any()
+    assert np.abs(got[np.isfinite(got)]).max() < 2  # the ones, smoothed
+
+
 def test_values_that_are_not_finite_stay_so():
     a = np.ones((4, 4))
     a[0, 0], a[2, 2] = np.nan, np.inf
