@@ -345,9 +345,7 @@ def _local_nodes_below(folder: str, found: list[str]) -> Iterator[str]:
 
 
 def _is_local_array(folder: str) -> bool:
-    return os.path.isfile(os.path.join(folder, ".zarray")) or (
-        (local_document(folder, "zarr.json") or {}).get("node_type") == "array"
-    )
+    return _is_array(local_document, folder, local_document(folder, "zarr.json"))
 
 
 def refresh_consolidated(changed: str) -> None:
@@ -392,11 +390,12 @@ def _refresh_entries(group: str, rel: str) -> None:
 
 
 def _rewrite_entries(group: str, prefix: str) -> None:
+    nodes = list(_subtree(os.path.join(group, *prefix.split("/")) if prefix else group))
     v3 = local_document(group, "zarr.json")
     if v3 is not None and isinstance(v3.get("consolidated_metadata"), dict):
         entries = v3["consolidated_metadata"].setdefault("metadata", {})
         kept = {k: v for k, v in entries.items() if not _under(k, prefix)}
-        for node in _subtree(os.path.join(group, *prefix.split("/")) if prefix else group):
+        for node in nodes:
             key = _joined(prefix, node)
             document = local_document(os.path.join(group, *key.split("/")), "zarr.json")
             if key and document is not None:
@@ -411,7 +410,7 @@ def _rewrite_entries(group: str, prefix: str) -> None:
     v2 = local_document(group, ".zmetadata")
     if v2 is not None and isinstance(v2.get("metadata"), dict):
         kept = {k: v for k, v in v2["metadata"].items() if not _under(k.rpartition("/")[0], prefix)}
-        for node in _subtree(os.path.join(group, *prefix.split("/")) if prefix else group):
+        for node in nodes:
             key = _joined(prefix, node)
             folder = os.path.join(group, *key.split("/")) if key else group
             for name in (".zgroup", ".zattrs", ".zarray"):
