@@ -145,11 +145,7 @@ class ChunkedArrayWriter:
                 data[inner] = value
             self._write_units(data, lo, progress, folder)
             if folder is not None and folder.replaced():
-                raise StoreError(
-                    f"'{self.name}' was replaced or removed while this write ran: what it "
-                    "wrote went to the store it began in, none of it to the new one. Write "
-                    "again after opening the new store"
-                )
+                raise self._replaced_meanwhile()
 
     @contextlib.contextmanager
     def _opened_folder(self) -> Iterator[OpenFolder | None]:
@@ -302,14 +298,18 @@ class ChunkedArrayWriter:
             raise self._write_failed(key, exc, self.written) from exc
         self.written += 1
 
+    def _replaced_meanwhile(self) -> StoreError:
+        return StoreError(
+            f"'{self.name}' was replaced or removed while this write ran: what it wrote went "
+            "to the store it began in, none of it to the new one. Write again after opening "
+            "the new store"
+        )
+
     def _write_failed(self, key: str, exc: OSError, written: int) -> Exception:
         """The error for a file of ``key`` that could not be written: StoreError where the
         store went away meanwhile, else ChunkWriteError."""
         if self._folder is not None and identity(self._folder) != self._folder_identity:
-            return StoreError(
-                f"'{self.name}' was replaced or removed while this write ran: it stopped, "
-                "and none of it went to a new store there"
-            )
+            return self._replaced_meanwhile()
         return ChunkWriteError(
             f"{self.name}: writing '{key}' failed ({type(exc).__name__}: "
             f"{exc.strerror or exc}); {written} objects of this array were written before "
