@@ -43,9 +43,9 @@ def default_threads() -> int:
 
 
 UNIT_BYTES = 4 << 20  # decoded bytes per unit of work (one copy to the device each)
-# Before anything was timed: one thread block decodes a chunk at about this rate, so an
-# nvCOMP batch takes about one chunk's time (a 4 MiB chunk: 30-40 ms), and the host rate
-# per thread (zstd level 3: about 0.45 GB/s per core).
+# The rates assumed until this device's reads have been timed: one thread block decodes a
+# chunk at about this rate, so an nvCOMP batch takes about one chunk's time (a 4 MiB
+# chunk: 30-40 ms), and a host thread decodes zstd level 3 at about 0.45 GB/s.
 NVCOMP_CHUNK_RATE = 120e6
 MIN_GPU_SECONDS = 0.002
 INITIAL_THREAD_RATE = 0.45e9

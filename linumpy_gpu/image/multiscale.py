@@ -13,12 +13,14 @@ from linumpy_gpu import ngff
 from linumpy_gpu.backends.base import Backend
 from linumpy_gpu.core.selection import normalize_selection
 from linumpy_gpu.engine import ChunkedArrayReader
+from linumpy_gpu.engine.writer import check_write_bounds
 from linumpy_gpu.errors import (
     InvalidArgumentError,
     InvalidMetadataError,
     LevelNotFoundError,
     MetadataWarning,
     NotFoundError,
+    SelectionError,
     WriteError,
     warn,
 )
@@ -313,8 +315,14 @@ class MultiscaleImage:
         else:
             # numpy's basic indexing (negative indices, Ellipsis, numpy integers), as level
             # reads take it; the bounds of what it selects on each axis
+            check_write_bounds(region, shape0)
             sel = normalize_selection(region, shape0)
             current = tuple(slice(a.start, a.stop) for a in sel.axes)
+            if any(s.stop <= s.start for s in current):
+                raise SelectionError(
+                    f"update_pyramid: region {region!r} selects nothing of level 0 "
+                    f"(shape {shape0})"
+                )
         steps = []
         for i, factors in enumerate(self.reduction_factors("update_pyramid"), start=1):
             finer, coarser = self.levels[i - 1], self.levels[i]

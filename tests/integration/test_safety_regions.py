@@ -768,3 +768,14 @@ def test_units_are_locked_as_runs():
     assert _spans([1, 2, 3, 7, 9, 10]) == [(1, 3), (7, 1), (9, 2)]
     scattered = list(range(0, 4 * MAX_LOCK_SPANS, 2))  # too many runs: one range
     assert _spans(scattered) == [(0, scattered[-1] + 1)]
+
+
+@pytest.mark.parametrize(
+    "region",
+    [(slice(20, 30),), (slice(0, 40),), (slice(5, 5),), (Ellipsis, slice(-30, 2))],
+)
+def test_update_pyramid_refuses_a_region_outside_level_0_or_empty(tmp_path, region):
+    lg.write_ome_zarr(tmp_path / "p.zarr", np.zeros((16, 16, 16), dtype="u2"), levels=2)
+    img = lg.open_ome_zarr(tmp_path / "p.zarr", mode="r+")
+    with pytest.raises(lg.SelectionError, match="reaches past|selects nothing"):
+        img.update_pyramid(region)
