@@ -102,10 +102,9 @@ class ChunkedArrayWriter:
         sel = normalize_selection(region, layout.shape)
         if any(a.step != 1 or a.reversed for a in sel.axes):
             raise UnsupportedWriteError("region writes take step-1 slices and integers only")
-        if sel.size == 0:
-            return
         if hasattr(block, "dask") and hasattr(block, "compute"):
             block = block.compute()  # a lazy block: its values are checked, then written
+        refuse_masked(block, self.name)
         scalar = np.ndim(block) == 0 and not hasattr(block, "__cuda_array_interface__")
         if not scalar and not all(hasattr(block, a) for a in ("shape", "dtype")):
             block = np.asarray(block)
@@ -115,6 +114,8 @@ class ChunkedArrayWriter:
                 f"{sel.shape}; the shapes must match exactly"
             )
         check_castable(np.asarray(block) if scalar else block, layout.dtype, self.name)
+        if sel.size == 0:
+            return
         if scalar:
             value = np.asarray(block).astype(layout.dtype)[()]
         else:
@@ -475,6 +476,19 @@ def _check_integers_exact_as(block: Any, src: np.dtype, dtype: np.dtype, name: s
             f"stored exactly as {dtype} (rounded, or past its range); store them in an "
             "integer array, or convert them first "
             f"(block.astype({str(dtype)!r})) if rounding is acceptable"
+        )
+
+
+def refuse_masked(data: Any, name: str) -> None:
+    """Refuse a numpy masked array: its masked values would be written as they lie
+    underneath, unchecked and unmarked, and zarr has no mask to keep them out."""
+    if isinstance(data, np.ma.MaskedArray) or isinstance(
+        getattr(data, "_meta", None), np.ma.MaskedArray
+    ):
+        raise WriteError(
+            f"{name}: a masked array cannot be stored as it is (zarr keeps no mask, and the "
+            "values under the mask would be written); pass data.filled(value), with the "
+            "value readers should see there (the image's fill value, say)"
         )
 
 

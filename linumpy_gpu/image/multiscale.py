@@ -320,8 +320,7 @@ class MultiscaleImage:
             current = tuple(slice(a.start, a.stop) for a in sel.axes)
             if any(s.stop <= s.start for s in current):
                 raise SelectionError(
-                    f"update_pyramid: region {region!r} selects nothing of level 0 "
-                    f"(shape {shape0})"
+                    f"update_pyramid: region {region!r} selects nothing of level 0 (shape {shape0})"
                 )
         steps = []
         for i, factors in enumerate(self.reduction_factors("update_pyramid"), start=1):

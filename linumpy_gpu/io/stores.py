@@ -127,7 +127,17 @@ def absolute(path: str) -> str:
     part is kept as it is, so a link there is still seen as a link."""
     if path == "~" or path.startswith("~/"):
         path = os.path.expanduser(path)
-    joined = os.path.join(os.getcwd(), path)
+    if os.path.isabs(path):
+        joined = path
+    else:
+        try:
+            cwd = os.getcwd()
+        except FileNotFoundError as exc:  # the folder the process runs in was removed
+            raise StoreNotFoundError(
+                f"'{path}' is relative to the current folder, which no longer exists (was "
+                "it replaced or removed?); give an absolute path, or change folder first"
+            ) from exc
+        joined = os.path.join(cwd, path)
     parent, name = os.path.split(joined.rstrip(os.sep) or os.sep)
     if name in ("", ".", ".."):
         return os.path.realpath(joined)

@@ -14,6 +14,7 @@ import numpy as np
 
 from linumpy_gpu import ngff
 from linumpy_gpu.engine.pyramid import METHODS, pyramid_factors
+from linumpy_gpu.engine.writer import refuse_masked
 from linumpy_gpu.errors import InvalidMetadataError, MetadataWarning, WriteError, warn
 from linumpy_gpu.ngff import build
 from linumpy_gpu.ngff.model import Axis, Channel
@@ -77,6 +78,7 @@ def plan_image(
     rounded up or down; by default rounded up."""
     if not all(hasattr(data, a) for a in ("shape", "dtype", "ndim")):
         raise WriteError(f"data must be a numpy, cupy or dask array, got {type(data).__name__}")
+    refuse_masked(data, "data")
     ndim = int(data.ndim)
     if any(n != n for n in data.shape):  # NaN: a dask array whose chunk sizes are unknown
         raise WriteError(

@@ -779,3 +779,26 @@ def test_update_pyramid_refuses_a_region_outside_level_0_or_empty(tmp_path, regi
     img = lg.open_ome_zarr(tmp_path / "p.zarr", mode="r+")
     with pytest.raises(lg.SelectionError, match="reaches past|selects nothing"):
         img.update_pyramid(region)
+
+
+def test_region_writes_check_the_block_of_an_empty_region_too(tmp_path):
+    lg.write_ome_zarr(tmp_path / "e.zarr", np.zeros((4, 4, 4), np.uint16), levels=1)
+    img = lg.open_ome_zarr(tmp_path / "e.zarr", mode="r+")
+    with pytest.raises(lg.WriteError, match="shapes must match"):
+        img[0][2:2] = np.full((5, 5), 3, np.uint16)
+    with pytest.raises(lg.WriteError, match="cannot be stored as uint16"):
+        img[0][2:2] = np.full((0, 4, 4), 3.5)
+    img[0][2:2] = np.zeros((0, 4, 4), np.uint16)  # numpy's empty assignment
+    assert (img[0][...] == 0).all()
+
+
+def test_masked_arrays_are_refused_not_written_with_their_hidden_values(tmp_path):
+    lg.write_ome_zarr(tmp_path / "m.zarr", np.zeros((4, 4, 4), np.uint16), levels=1)
+    img = lg.open_ome_zarr(tmp_path / "m.zarr", mode="r+")
+    hidden = np.ma.masked_array(np.array([[[70000, 5]]], np.int64), mask=[[[True, False]]])
+    with pytest.raises(lg.WriteError, match="masked array"):
+        img[0][0:1, 0:1, 0:2] = hidden
+    assert (img[0][...] == 0).all()
+    with pytest.raises(lg.WriteError, match="masked array"):
+        lg.write_ome_zarr(tmp_path / "n.zarr", np.ma.masked_array(np.zeros((4, 4), np.uint8)))
+    assert not (tmp_path / "n.zarr").exists()

@@ -1371,3 +1371,15 @@ def test_user_objects_in_a_store_on_an_object_store_block_a_replacement():
     img = lg.write_ome_zarr(url, volume(seed=2), overwrite=True, levels=1)
     np.testing.assert_array_equal(img[0][...], volume(seed=2))
     fs.rm(key, recursive=True)
+
+
+def test_overwriting_the_current_folder_by_dot_returns_the_new_image(tmp_path, monkeypatch):
+    path = tmp_path / "img.ome.zarr"
+    lg.write_ome_zarr(path, np.zeros((8, 8, 8), np.uint16), levels=1)
+    monkeypatch.chdir(path)
+    img = lg.write_ome_zarr(".", np.full((8, 8, 8), 5, np.uint16), levels=1, overwrite=True)
+    assert (img[0][...] == 5).all()
+    # the folder the process runs in is the replaced one, removed: a relative path is now
+    # refused by name, not with the file system's bare error
+    with pytest.raises(lg.StoreNotFoundError, match="current folder"):
+        lg.open_ome_zarr("img.ome.zarr")
