@@ -103,6 +103,13 @@ def layout_of(array: Any, name: str) -> ArrayLayout:
         "metadata": meta,
     }
     # The stored grid: for sharded arrays the shard shape (zarr's ``array.chunks`` is inner).
+    if meta.zarr_format == 3 and not hasattr(meta.chunk_grid, "chunk_shape"):
+        # zarr's rectilinear grid (chunks of varying sides along an axis), an extension
+        # that zarr-python itself reads only when a setting enables it
+        grid_name = getattr(meta.chunk_grid, "to_dict", dict)().get("name", "irregular")
+        raise InvalidMetadataError(
+            name, "chunk_grid", "a regular chunk grid (other grids are not supported)", grid_name
+        )
     grid = meta.chunks if meta.zarr_format == 2 else meta.chunk_grid.chunk_shape
     chunk_shape = tuple(int(c) for c in grid)
     if any(c < 1 for c in chunk_shape):

@@ -34,7 +34,7 @@ from linumpy_gpu.backends import Backend, resolve_backend
 from linumpy_gpu.core.types import NDArray
 from linumpy_gpu.engine import ChunkedArrayReader
 from linumpy_gpu.errors import InvalidArgumentError, StoreError, portable
-from linumpy_gpu.io.stores import locate, translated_errors
+from linumpy_gpu.io.stores import locate, translated_errors, with_stored_separator
 
 if TYPE_CHECKING:
     import dask.array
@@ -221,7 +221,8 @@ def open_array(source: ArraySource, writable: bool = False) -> tuple[Any, Backen
 
         with translated_errors(source.where, metadata=True):
             store = source.store.open(writable)
-            return zarr.open_array(store=store, path=source.path, mode="r+" if writable else "r")
+            array = zarr.open_array(store=store, path=source.path, mode="r+" if writable else "r")
+            return with_stored_separator(array)[0]
 
     info = {"what": "array", "where": source.where, "writable": writable}
     return _cached(key, make, info), backend

@@ -26,7 +26,7 @@ from linumpy_gpu.errors import (
 )
 from linumpy_gpu.image._common import dtype_text, format_bytes, join
 from linumpy_gpu.image.level import Level
-from linumpy_gpu.io.stores import translated_errors
+from linumpy_gpu.io.stores import translated_errors, with_stored_separator
 from linumpy_gpu.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -106,6 +106,15 @@ class MultiscaleImage:
                 ) from exc
         if not hasattr(array, "dtype"):
             raise InvalidMetadataError(self.path, field, f"a zarr array at '{ds.path}'", "a group")
+        with translated_errors(where, metadata=True):
+            array, nested = with_stored_separator(array)
+        if nested:
+            warn(
+                f"{where}: the array's metadata names no dimension_separator, and its chunks "
+                "lie in nested folders (as NGFF 0.2 to 0.4 store them): read with '/' "
+                "(zarr-python's default '.' finds no chunk there)",
+                MetadataWarning,
+            )
         if array.ndim != len(self.meta.axes):
             raise InvalidMetadataError(
                 self.path,

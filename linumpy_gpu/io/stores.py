@@ -398,3 +398,49 @@ def translate(exc: BaseException, where: str, what: str = "store") -> LinumpyGpu
     if isinstance(exc, OSError):
         return StoreError(f"'{where}': {type(exc).__name__}: {text}")
     return None
+
+
+def with_stored_separator(array: Any) -> tuple[Any, bool]:
+    """``array`` as its chunks are stored, and whether that differs from its metadata.
+
+    A zarr v2 array whose ``.zarray`` names no ``dimension_separator`` (written before the
+    key existed) reads with zarr's default ".", yet NGFF 0.2 to 0.4 keep chunks in nested
+    folders ("0/1/2"): read with ".", every chunk is missing and the image is all fill
+    values. Where such an array's folder holds nested chunk folders (names of digits
+    only, which "." keys never are beyond one dimension), it is reopened with "/"."""
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    meta = array.metadata
+    if meta.zarr_format != 2 or array.ndim < 2 or meta.dimension_separator == "/":
+        return array, False
+    prefix = array.store_path.path
+    key = f"{prefix}/.zarray" if prefix else ".zarray"
+    raw = sync(array.store.get(key, default_buffer_prototype()))
+    try:
+        document = json.loads(raw.to_bytes()) if raw is not None else {}
+    except ValueError:
+        return array, False
+    if not isinstance(document, dict) or "dimension_separator" in document:
+        return array, False
+
+    async def nested() -> bool:
+        async for name in array.store.list_dir(prefix):
+            if name.isdigit():
+                return True
+            if name[:1].isdigit():
+                return False  # a "." key: the metadata is right
+        return False
+
+    if not sync(nested()):
+        return array, False
+    import dataclasses
+
+    from zarr import Array
+    from zarr.core.array import AsyncArray
+
+    inner = array._async_array
+    renamed = dataclasses.replace(meta, dimension_separator="/")
+    return Array(
+        AsyncArray(metadata=renamed, store_path=inner.store_path, config=inner.config)
+    ), True

@@ -145,3 +145,72 @@ def test_scales_and_translations_stored_in_arrays(tmp_path, version):
     img = lg.open_ome_zarr(tmp_path / "p.zarr")
     assert img.scale(0) == (0.5, 0.25) and img.translation(0) == (10.0, 20.0)
     np.testing.assert_array_equal(img[0][...], data)
+
+
+def _old_v2_image(path, data, nested: bool, version: str = "0.2"):
+    """An image as zarr 2 writers left it before ``dimension_separator`` existed: a
+    ``.zarray`` without the key, chunks in nested folders (NGFF 0.2's rule) or flat."""
+    import json
+
+    import numcodecs
+
+    (path / "0").mkdir(parents=True)
+    (path / ".zgroup").write_text(json.dumps({"zarr_format": 2}))
+    ms = {"version": version, "datasets": [{"path": "0"}]}
+    (path / ".zattrs").write_text(json.dumps({"multiscales": [ms]}))
+    chunks = (1, 1, 2, 3, 4)  # NGFF 0.1 and 0.2 images are 5-D (tczyx)
+    zarray = {
+        "zarr_format": 2,
+        "shape": list(data.shape),
+        "chunks": list(chunks),
+        "dtype": data.dtype.str,
+        "compressor": {"id": "zlib", "level": 1},
+        "fill_value": 0,
+        "filters": None,
+        "order": "C",
+    }
+    (path / "0" / ".zarray").write_text(json.dumps(zarray))
+    for index in np.ndindex(*(-(-n // c) for n, c in zip(data.shape, chunks, strict=True))):
+        block = np.zeros(chunks, data.dtype)
+        part = data[tuple(slice(i * c, (i + 1) * c) for i, c in zip(index, chunks, strict=True))]
+        block[tuple(slice(0, n) for n in part.shape)] = part
+        name = "/".join(map(str, index)) if nested else ".".join(map(str, index))
+        (path / "0" / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / "0" / name).write_bytes(numcodecs.Zlib(1).encode(block))
+    return path
+
+
+def test_old_v2_images_without_a_separator_read_their_nested_chunks(tmp_path):
+    data = np.arange(4 * 6 * 7, dtype="u2").reshape(1, 1, 4, 6, 7) + 1
+    nested = _old_v2_image(tmp_path / "nested.zarr", data, nested=True)
+    with pytest.warns(lg.MetadataWarning, match="nested folders"):
+        img = lg.open_ome_zarr(nested)
+    np.testing.assert_array_equal(img[0].read(), data)
+    np.testing.assert_array_equal(img[0].to_dask().compute(), data)
+    flat = _old_v2_image(tmp_path / "flat.zarr", data, nested=False, version="0.1")
+    np.testing.assert_array_equal(lg.open_ome_zarr(flat)[0].read(), data)
+    np.testing.assert_array_equal(zarr.open_array(str(flat / "0"), mode="r")[...], data)
+
+
+def test_a_rectilinear_chunk_grid_is_refused_by_name(tmp_path):
+    try:
+        with zarr.config.set({"array.rectilinear_chunks": True}):
+            root = zarr.open_group(tmp_path / "r.zarr", mode="w", zarr_format=3)
+            array = root.create_array("0", shape=(10, 12), dtype="u2", chunks=[[3, 7], [12]])
+    except (TypeError, ValueError) as exc:
+        pytest.skip(f"this zarr-python writes no rectilinear grids ({exc})")
+    array[...] = 1
+    root.attrs["ome"] = {
+        "version": "0.5",
+        "multiscales": [
+            {
+                "axes": [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}],
+                "datasets": [
+                    {"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1, 1]}]}
+                ],
+            }
+        ],
+    }
+    enabled = zarr.config.set({"array.rectilinear_chunks": True})
+    with enabled, pytest.raises(lg.InvalidMetadataError, match="regular chunk grid"):
+        lg.open_ome_zarr(tmp_path / "r.zarr")
