@@ -106,7 +106,8 @@ def layout_of(array: Any, name: str) -> ArrayLayout:
     if meta.zarr_format == 3 and not hasattr(meta.chunk_grid, "chunk_shape"):
         # zarr's rectilinear grid (chunks of varying sides along an axis), an extension
         # that zarr-python itself reads only when a setting enables it
-        grid_name = getattr(meta.chunk_grid, "to_dict", dict)().get("name", "irregular")
+        described: Any = getattr(meta.chunk_grid, "to_dict", dict)()
+        grid_name = described.get("name", "irregular")
         raise InvalidMetadataError(
             name, "chunk_grid", "a regular chunk grid (other grids are not supported)", grid_name
         )
