@@ -301,13 +301,14 @@ _LITTER = {".DS_Store", "Thumbs.db", "desktop.ini", "Icon\r", "@eaDir", ".direct
 
 def is_litter_or_ours(name: str) -> bool:
     """Whether a folder entry of this name is nobody's data: file managers' litter, or
-    what linumpy_gpu leaves while it works (its lock file, an atomic write's temporary
-    file, a build folder; never a store an interrupted swap parked)."""
+    what linumpy_gpu and zarr-python leave while they work (a lock file, an atomic write's
+    temporary file, a build folder; never a store an interrupted swap parked)."""
     return (
         name in _LITTER
         or name.startswith(("._", ".nfs"))  # AppleDouble files; NFS's renamed open files
         or name == LOCK_FILE
         or _PARTIAL.fullmatch(name) is not None
+        or _ZARR_PARTIAL.fullmatch(name) is not None
         or _BUILD_FOLDER.fullmatch(name) is not None
     )
 
@@ -667,6 +668,9 @@ def remove_stale_staging(parent: str, base: str) -> bool:
 
 # Temporary files of :func:`replacing`: the file's name, then the host and process.
 _PARTIAL = re.compile(r"\..+\.(h[0-9a-f]{8})\.(\d+)-[0-9a-f]{8}\.partial")
+# zarr-python's LocalStore writes each file as <name>.<uuid4 hex>.partial, then renames it:
+# one left behind is the remains of an interrupted zarr write (of ours, or another tool's)
+_ZARR_PARTIAL = re.compile(r".*\.[0-9a-f]{32}\.partial")
 
 
 def remove_stale_partials(folder: str | int, any_process: bool = False) -> None:
@@ -770,6 +774,11 @@ class UnitLocks:
             raise StorePermissionError(
                 f"'{os.path.dirname(self.path)}' is not writable here "
                 f"({exc.strerror}); it cannot be written"
+            ) from exc
+        except OSError as exc:  # a read-only file system, no inodes left, ...
+            error = StorePermissionError if exc.errno == errno.EROFS else StoreError
+            raise error(
+                f"'{os.path.dirname(self.path)}' cannot be written ({exc.strerror})"
             ) from exc
 
     @contextlib.contextmanager

@@ -4,6 +4,7 @@ or new; reads always see what is on disk when they start."""
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 import signal
@@ -802,3 +803,28 @@ def test_masked_arrays_are_refused_not_written_with_their_hidden_values(tmp_path
     with pytest.raises(lg.WriteError, match="masked array"):
         lg.write_ome_zarr(tmp_path / "n.zarr", np.ma.masked_array(np.zeros((4, 4), np.uint8)))
     assert not (tmp_path / "n.zarr").exists()
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [(errno.EROFS, lg.StorePermissionError), (errno.ENOSPC, lg.StoreError)],
+)
+def test_region_writes_on_a_read_only_or_full_file_system_raise_store_errors(
+    tmp_path, monkeypatch, code, error
+):
+    from linumpy_gpu.io import files
+
+    lg.write_ome_zarr(tmp_path / "r.zarr", np.zeros((8, 8, 8), np.uint16), levels=2)
+    img = lg.open_ome_zarr(tmp_path / "r.zarr", mode="r+")
+    real_open = os.open
+
+    def refusing_open(path, flags, *args, **kwargs):
+        if str(path).endswith(files.LOCK_FILE):  # the first file a region write makes
+            raise OSError(code, os.strerror(code), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(files.os, "open", refusing_open)
+    with pytest.raises(error, match="cannot be written"):
+        img[0][0:4] = np.ones((4, 8, 8), np.uint16)
+    with pytest.raises(error, match="cannot be written"):
+        img.update_pyramid()

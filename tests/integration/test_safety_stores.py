@@ -1153,6 +1153,16 @@ def test_file_managers_litter_does_not_block_a_replacement(store, litter):
     np.testing.assert_array_equal(img[0][...], volume(seed=2))
 
 
+@pytest.mark.parametrize("inside", ["", "labels", "0"])
+def test_an_interrupted_zarr_writes_temporary_file_does_not_block_a_replacement(store, inside):
+    # zarr-python's LocalStore writes zarr.json as zarr.<uuid4 hex>.partial, then renames
+    # it: a write killed between the two leaves the temporary file
+    (store / inside).mkdir(exist_ok=True)
+    (store / inside / "zarr.0123456789abcdef0123456789abcdef.partial").write_text("{")
+    img = lg.write_ome_zarr(store, volume(seed=2), overwrite=True, levels=1)
+    np.testing.assert_array_equal(img[0][...], volume(seed=2))
+
+
 @pytest.mark.parametrize(
     "hidden",
     [
