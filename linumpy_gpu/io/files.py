@@ -545,16 +545,23 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
     try:
         os.makedirs(parent, exist_ok=True)
         restored = remove_stale_staging(parent, base)
+        _building.add(staging)
         os.mkdir(staging)
     except OSError as exc:
+        _building.discard(staging)
         # named by the destination: the build folder is ours, not the user's
         kind = StorePermissionError if isinstance(exc, PermissionError) else StoreError
         reason = exc.strerror or str(exc)
         if os.path.exists(parent) and not os.path.isdir(parent):
             reason = "it is a file, not a folder"
         raise kind(f"'{target}' cannot be created in '{parent}': {reason}") from exc
+    except BaseException:  # interrupted once the folder may exist
+        shutil.rmtree(staging, ignore_errors=True)
+        _building.discard(staging)
+        raise
     if restored and not overwrite:
         os.rmdir(staging)
+        _building.discard(staging)
         raise StoreExistsError(
             f"'{target}' exists again: a replacement of it was interrupted, and the store it "
             "was replacing has been put back; pass overwrite=True to replace it"
@@ -577,8 +584,12 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
         _exchange(staging, target)  # staging now holds the old store
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        # (zarr's event loop may still write a file of the interrupted block, making the
+        # folder again: once out of _building, the next write of the target removes it)
+        _building.discard(staging)
         raise
     shutil.rmtree(staging, ignore_errors=True)
+    _building.discard(staging)
     if os.path.lexists(staging):
         warnings.warn(
             f"'{target}' was replaced, but the store it replaced could not be removed "
@@ -630,10 +641,15 @@ _BUILD_FOLDER = re.compile(
 )
 
 
+# the build folders of this process's writes under way (see remove_stale_staging)
+_building: set[str] = set()
+
+
 def remove_stale_staging(parent: str, base: str) -> bool:
     """Remove folders that earlier writes of ``base`` on this host left beside it when
-    their process was killed (named with the host and that process's id; left alone while
-    the process lives, and always where another host wrote them). Returns whether an old
+    their process was killed or interrupted (named with the host and that process's id;
+    left alone while the process lives and its write is under way, and always where
+    another host wrote them). Returns whether an old
     store that such a write had set aside was put back at ``base``."""
     # (a swap without renameat2 parks the old store under the same name plus ".old"; names
     # without a host are from versions that wrote none)
@@ -649,9 +665,12 @@ def remove_stale_staging(parent: str, base: str) -> bool:
             found = pattern.fullmatch(name)
             if found is None or found.group(1) not in (None, _HOST):
                 continue
-            if _process_alive(int(found.group(2))):
-                continue
             left = os.path.join(parent, name)
+            if int(found.group(2)) == os.getpid():
+                if left.removesuffix(".old") in _building:
+                    continue  # a write of this process, under way
+            elif _process_alive(int(found.group(2))):
+                continue
             target = os.path.join(parent, base)
             if found.group(3) and not os.path.lexists(target):
                 # the old store, parked by a swap that was killed before the new one took

@@ -553,6 +553,35 @@ def test_a_store_set_aside_by_a_killed_swap_is_put_back(store, tmp_path):
     np.testing.assert_array_equal(img[0][...], volume(seed=4))
 
 
+def test_an_interrupted_write_of_this_process_leaves_nothing_for_the_next_to_trip_on(
+    store, tmp_path, monkeypatch
+):
+    """Interrupted (Ctrl-C in a notebook), a write removes its build folder, but zarr's
+    event loop may still be writing one of its files and make the folder again: the
+    process lives on, yet the next write of the path removes that leftover."""
+    from linumpy_gpu.io import files
+
+    real_mkdir = os.mkdir
+
+    def interrupted(path, *args, **kwargs):
+        real_mkdir(path, *args, **kwargs)
+        if os.fspath(path).endswith(files.STAGING_SUFFIX):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(files.os, "mkdir", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        lg.write_ome_zarr(store, volume(seed=2), overwrite=True, levels=1)
+    monkeypatch.setattr(files.os, "mkdir", real_mkdir)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [store.name]
+    # what zarr's loop leaves once the block has unwound: the folder, made again
+    left = tmp_path / f".{store.name}.{files._HOST}.{os.getpid()}-0123abcd{files.STAGING_SUFFIX}"
+    left.mkdir()
+    (left / "zarr.json").write_text("{}")
+    img = lg.write_ome_zarr(store, volume(seed=3), overwrite=True, levels=1)
+    np.testing.assert_array_equal(img[0][...], volume(seed=3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [store.name]
+
+
 def test_a_replaced_store_that_cannot_be_removed_is_named_in_a_warning(store, monkeypatch):
     from linumpy_gpu.io import files
 
