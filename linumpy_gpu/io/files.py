@@ -341,8 +341,43 @@ def _local_nodes_below(folder: str, found: list[str]) -> Iterator[str]:
             yield from _local_nodes_below(entry.path, found)
             continue
         yield entry.path
-        if not _is_local_array(entry.path):
+        if _is_local_array(entry.path):
+            _foreign_in_array(entry.path, "", found)
+        else:
             yield from _local_nodes_below(entry.path, found)
+
+
+def _foreign_in_array(array: str, rel: str, found: list[str]) -> None:
+    """Add to ``found`` what the array folder ``array`` holds (below ``rel``) that is
+    neither its metadata, nor a chunk or shard (:func:`is_chunk_key`), nor litter."""
+    try:
+        entries = list(os.scandir(os.path.join(array, rel) if rel else array))
+    except OSError:
+        return
+    for entry in entries:
+        key = f"{rel}/{entry.name}" if rel else entry.name
+        if entry.is_symlink() or is_litter_or_ours(entry.name):
+            continue
+        if not rel and entry.name in _GROUP_FILES:
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            if _CHUNK_FOLDER.fullmatch(key):
+                _foreign_in_array(array, key, found)
+            else:
+                found.append(entry.path)
+        elif not is_chunk_key(key):
+            found.append(entry.path)
+
+
+# Chunk keys of zarr v2 and v3 (both encodings, either separator): "c/0/1", "c.0.1", "0.1",
+# "0/1", and "c" or "0" for an array of no dimensions; their folders are "c", "c/0", "0"...
+_CHUNK_KEY = re.compile(r"c(/\d+)*|c(\.\d+)+|\d+([./]\d+)*")
+_CHUNK_FOLDER = re.compile(r"(c|\d+)(/\d+)*")
+
+
+def is_chunk_key(key: str) -> bool:
+    """Whether ``key`` (relative to an array) names one of its chunks (or shards)."""
+    return _CHUNK_KEY.fullmatch(key) is not None
 
 
 def _is_local_array(folder: str) -> bool:

@@ -36,6 +36,7 @@ from linumpy_gpu.io.files import (
     UnitLocks,
     built_beside,
     check_replaceable,
+    is_chunk_key,
     is_litter_or_ours,
     json_object,
     refresh_consolidated,
@@ -432,9 +433,14 @@ def _nodes_and_foreign(
     ]
     for key in keys:
         inner, _, name = key.rpartition("/")
-        if name in ("zarr.json", ".zattrs", ".zgroup", ".zarray", ".zmetadata"):
+        if is_litter_or_ours(name):
             continue
-        if any(key.startswith(f"{a}/") for a in arrays) or is_litter_or_ours(name):
+        array = next((a for a in arrays if key.startswith(f"{a}/")), None)
+        if array is not None:
+            within = key[len(array) + 1 :]
+            if within in ("zarr.json", ".zarray", ".zattrs") or is_chunk_key(within):
+                continue  # its metadata, or a chunk: anything else is someone's object
+        elif name in ("zarr.json", ".zattrs", ".zgroup", ".zarray", ".zmetadata"):
             continue
         return list(named.values()), f"{target}/{key}" if target else key
     return list(named.values()), None

@@ -521,3 +521,22 @@ def test_storage_options_mistakes_are_argument_errors(s3: S3Server):
 def test_url_schemes_are_case_insensitive():
     lg.write_ome_zarr("memory://cased/a.zarr", DATA, device="cpu")
     np.testing.assert_array_equal(lg.open_ome_zarr("Memory://cased/a.zarr")[0][...], DATA)
+
+
+@pytest.mark.parametrize("inside", ["0/notes.txt", "0/c/0/0/0.bak", "0/c/0/0/0"])
+def test_an_object_among_a_remote_levels_chunks_blocks_a_replacement_unless_a_chunk(inside):
+    import fsspec
+
+    url = f"memory://foreign-in-level/{inside.replace('/', '_')}.zarr"
+    lg.write_ome_zarr(url, DATA, chunks=(8, 16, 16), levels=1, device="cpu")
+    fs = fsspec.filesystem("memory")
+    key = url.removeprefix("memory:/") + "/" + inside
+    is_chunk = fs.exists(key)  # the last case names a chunk the write made
+    if not is_chunk:
+        fs.pipe(key, b"weeks of work")
+        with pytest.raises(lg.StoreExistsError, match="not part of a zarr store"):
+            lg.write_ome_zarr(url, DATA[::-1], levels=1, overwrite=True, device="cpu")
+        assert fs.cat_file(key) == b"weeks of work"
+        return
+    img = lg.write_ome_zarr(url, DATA[::-1], levels=1, overwrite=True, device="cpu")
+    np.testing.assert_array_equal(img[0][...], DATA[::-1])

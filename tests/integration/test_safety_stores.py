@@ -1199,6 +1199,10 @@ def test_an_interrupted_zarr_writes_temporary_file_does_not_block_a_replacement(
         ".datalad/config",
         "analysis.partial/results.csv",  # named like a temporary file, not one of ours
         "old_runs/run1.ome.zarr",  # an image in a plain folder inside the image
+        "0/notes.txt",  # inside a level's array folder, among its chunks
+        "0/.git/HEAD",
+        "1/c/analysis.csv",
+        "0/c/0/0/0.bak",
     ],
 )
 def test_user_data_in_a_store_blocks_a_replacement(store, tmp_path, hidden):
@@ -1208,7 +1212,7 @@ def test_user_data_in_a_store_blocks_a_replacement(store, tmp_path, hidden):
         (store / hidden).parent.mkdir()
         (tmp_path / "run1.ome.zarr").rename(store / hidden)
     else:
-        (store / hidden).parent.mkdir(parents=True)
+        (store / hidden).parent.mkdir(parents=True, exist_ok=True)
         (store / hidden).write_text("weeks of work")
     before = snapshot(store)
     with pytest.raises(lg.StoreExistsError, match="not part of a zarr store|holds the image"):
