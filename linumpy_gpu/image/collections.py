@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from linumpy_gpu import ngff
+from linumpy_gpu import config, ngff
 from linumpy_gpu.backends.base import Backend
 from linumpy_gpu.errors import InvalidMetadataError, NotFoundError
 from linumpy_gpu.image._common import join
@@ -20,6 +20,7 @@ class Well:
 
     def __init__(self, group: Any, path: str, backend: Backend):
         self.group, self.path, self.backend = group, path, backend
+        self._settings = config.get()  # its images read with those it was opened with
         block, version = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
         self.meta = ngff.parse_well(block, version, path)
 
@@ -45,7 +46,9 @@ class Well:
                 f"{paths[:20]}"
             )
         ref = self.meta.images[int(field)]
-        return _open_child(self.group, ref.path, join(self.path, ref.path), self.backend)
+        return _open_child(
+            self.group, ref.path, join(self.path, ref.path), self.backend, self._settings
+        )
 
     def __getitem__(self, field: int | str) -> MultiscaleImage:
         return self.image(field)
@@ -68,6 +71,7 @@ class Plate:
 
     def __init__(self, group: Any, path: str, backend: Backend):
         self.group, self.path, self.backend = group, path, backend
+        self._settings = config.get()  # its images read with those it was opened with
         block, version = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
         self.meta = ngff.parse_plate(block, version, path)
 
@@ -109,7 +113,8 @@ class Plate:
             raise InvalidMetadataError(
                 self.path, "plate.wells", f"a well group at '{path}'", "nothing"
             ) from None
-        return Well(group, join(self.path, path), self.backend)
+        with config.set(self._settings):
+            return Well(group, join(self.path, path), self.backend)
 
     def __iter__(self) -> Iterator[str]:
         """The wells' paths ("A/1", ...), as the metadata lists them."""
@@ -139,6 +144,7 @@ class SeriesCollection:
 
     def __init__(self, group: Any, path: str, backend: Backend):
         self.group, self.path, self.backend = group, path, backend
+        self._settings = config.get()  # its images read with those it was opened with
         block, _ = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
         ngff.parse_bioformats2raw(block, path)
         self.series_paths = self._series_paths()
@@ -173,7 +179,7 @@ class SeriesCollection:
         if not isinstance(i, int | np.integer) or isinstance(i, bool) or not -n <= i < n:
             raise NotFoundError(f"'{self.path}' has no series {i!r}; it has {n} series")
         p = self.series_paths[int(i)]
-        return _open_child(self.group, p, join(self.path, p), self.backend)
+        return _open_child(self.group, p, join(self.path, p), self.backend, self._settings)
 
     def _repr_html_(self) -> str:
         """An HTML summary for Jupyter: the series' paths."""
@@ -192,6 +198,7 @@ class Scene:
 
     def __init__(self, group: Any, path: str, backend: Backend):
         self.group, self.path, self.backend = group, path, backend
+        self._settings = config.get()  # its images read with those it was opened with
         block, version = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
         self.meta: ngff.Scene = ngff.parse_scene(block, version, path)
 
@@ -216,7 +223,7 @@ class Scene:
             raise NotFoundError(
                 f"scene '{self.path}' has no image {path!r}; it has {list(self.meta.image_paths)}"
             )
-        return _open_child(self.group, path, join(self.path, path), self.backend)
+        return _open_child(self.group, path, join(self.path, path), self.backend, self._settings)
 
     def __iter__(self) -> Iterator[str]:
         """The images' paths, as the metadata lists them."""
@@ -232,8 +239,10 @@ class Scene:
         return f"<Scene '{self.path}': {len(self)} image(s) {list(self.meta.image_paths)}>"
 
 
-def _open_child(group: Any, path: str, where: str, backend: Backend) -> MultiscaleImage:
-    """The multiscale image at ``path`` below ``group``."""
+def _open_child(
+    group: Any, path: str, where: str, backend: Backend, settings: config.Settings
+) -> MultiscaleImage:
+    """The multiscale image at ``path`` below ``group``, reading with ``settings``."""
     with translated_errors(where, metadata=True):
         try:
             child = group[path]
@@ -241,4 +250,5 @@ def _open_child(group: Any, path: str, where: str, backend: Backend) -> Multisca
             raise InvalidMetadataError(where, "path", "a zarr group", "nothing") from exc
     if not hasattr(child, "attrs") or hasattr(child, "dtype"):
         raise InvalidMetadataError(where, "path", "a zarr group", "an array")
-    return MultiscaleImage(child, where, backend)
+    with config.set(settings):
+        return MultiscaleImage(child, where, backend)

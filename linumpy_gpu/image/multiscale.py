@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from linumpy_gpu import ngff
+from linumpy_gpu import config, ngff
 from linumpy_gpu.backends.base import Backend
 from linumpy_gpu.core.selection import normalize_selection
 from linumpy_gpu.engine import ChunkedArrayReader
@@ -82,6 +82,7 @@ class MultiscaleImage:
         self.group = group
         self.path = path
         self.backend = backend
+        self._settings = config.get()  # its label images read with those it was opened with
         block, version = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
         if version in ("0.4", "0.5"):
             block = _inline_stored_parameters(block, group, path)
@@ -470,7 +471,8 @@ class Labels(Mapping[str, MultiscaleImage]):
                     f"a label group at '{name}'",
                     "nothing",
                 ) from None
-            label = MultiscaleImage(group, where, self._image.backend)
+            with config.set(self._image._settings):
+                label = MultiscaleImage(group, where, self._image.backend)
             if label.image_label is None:
                 warn(f"{where}: label image has no 'image-label' metadata", MetadataWarning)
             self._opened[name] = label

@@ -416,3 +416,27 @@ def test_codecs_of_levels_zarr_python_decodes_are_all_named(tmp_path):
     )
     codecs = lg.open_ome_zarr(tmp_path / "n.zarr")[0].codecs
     assert codecs == ("sharding(chunks=(4, 4, 4): sharding(chunks=(2, 2, 2): GzipCodec))",)
+
+
+def test_settings_given_at_open_reach_label_images_and_plate_fields(tmp_path):
+    image = tmp_path / "img.zarr"
+    lg.write_ome_zarr(image, np.zeros((8, 16, 16), np.uint16), levels=1)
+    lg.write_labels(image, "cells", np.zeros((8, 16, 16), np.uint8))
+    img = lg.open_ome_zarr(image, settings={"io_threads": 3})
+    assert img.labels["cells"][0]._reader.settings.io_threads == 3
+    with lg.config.set(io_threads=5):
+        opened_in_block = lg.open_ome_zarr(image)
+    assert opened_in_block.labels["cells"][0]._reader.settings.io_threads == 5
+
+    root = zarr.open_group(str(tmp_path / "plate.zarr"), mode="w", zarr_format=3)
+    plate = {
+        "rows": [{"name": "A"}],
+        "columns": [{"name": "1"}],
+        "wells": [{"path": "A/1", "rowIndex": 0, "columnIndex": 0}],
+    }
+    root.attrs.put({"ome": {"version": "0.5", "plate": plate}})
+    well = root.create_group("A/1")
+    well.attrs.put({"ome": {"version": "0.5", "well": {"images": [{"path": "0"}]}}})
+    lg.write_ome_zarr(tmp_path / "plate.zarr" / "A" / "1" / "0", np.zeros((4, 8, 8), np.uint8))
+    opened = lg.open_ome_zarr(tmp_path / "plate.zarr", settings={"io_threads": 3})
+    assert opened.image("A", "1")[0]._reader.settings.io_threads == 3
