@@ -56,7 +56,11 @@ if __name__ == "__main__":
     ap.add_argument("--overwrite", action="store_true", help="replace a store already there")
     args = ap.parse_args()
     if args.path is not None:
-        main(args.path, args.overwrite)
+        try:
+            main(args.path, args.overwrite)
+        except lg.StoreExistsError as exc:  # one line, in this script's terms
+            hint = "" if args.overwrite else "; run again with --overwrite to replace it"
+            ap.exit(2, f"{ap.prog}: {str(exc).split(';')[0]}{hint}\n")
     else:
         with tempfile.TemporaryDirectory() as tmp:
             main(Path(tmp) / "recon.ome.zarr")

@@ -209,6 +209,10 @@ _explicit: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
 )
 
 
+# setting name -> the environment variable its base value came from
+_base_from: dict[str, str] = {}
+
+
 def get() -> Settings:
     """The settings in effect here: those of the innermost :func:`set` block, else the
     defaults with the environment applied (read once per process)."""
@@ -219,6 +223,10 @@ def get() -> Settings:
     with _base_lock:
         if _base is None:
             _base = Settings.from_environment()
+            for name in names():  # what sources() reports, as read here once
+                variable = ENV_PREFIX + name.upper()
+                if os.environ.get(variable, "").strip():
+                    _base_from[name] = variable
         return _base
 
 
@@ -258,13 +266,7 @@ def sources() -> dict[str, str]:
     """Per setting, where its current value comes from: 'default', the environment
     variable's name, or 'set' (a :func:`set` block)."""
     explicit = _explicit.get()
-    out = {}
-    for f in fields(Settings):
-        variable = ENV_PREFIX + f.name.upper()
-        if f.name in explicit:
-            out[f.name] = "set"
-        elif os.environ.get(variable, "").strip():
-            out[f.name] = variable
-        else:
-            out[f.name] = "default"
-    return out
+    get()  # the environment, read once per process
+    return {
+        name: "set" if name in explicit else _base_from.get(name, "default") for name in names()
+    }

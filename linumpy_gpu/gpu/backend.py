@@ -142,14 +142,6 @@ class GpuBackend(Backend, BatchMemory):
         memory a read may hold besides its output (more memory: larger nvCOMP batches,
         faster reads), ``scratch_fraction`` / ``scratch_floor`` / ``region_scratch`` the
         tight bound, and ``host_threads`` the host threads that decode small reads."""
-        try:
-            import cupy
-        except ImportError:
-            from linumpy_gpu.gpu.deps import require_gpu
-
-            require_gpu()  # names what the GPU path lacks
-            raise
-
         given = {
             "memory": memory,
             "memory_cap": memory_cap,
@@ -158,9 +150,17 @@ class GpuBackend(Backend, BatchMemory):
             "region_scratch": region_scratch,
             "host_threads": host_threads,
         }
+        # checked first: a bad value is the caller's to fix on any machine
         self.settings = (settings or config.get()).replace(
             **{k: v for k, v in given.items() if v is not None}
         )
+        try:
+            import cupy
+        except ImportError:
+            from linumpy_gpu.gpu.deps import require_gpu
+
+            require_gpu()  # names what the GPU path lacks
+            raise
         self.scratch_fraction = self.settings.scratch_fraction
         self.scratch_floor = self.settings.scratch_floor
         region_scratch = self.settings.region_scratch

@@ -58,7 +58,7 @@ from linumpy_gpu.write.plan import (
 # Label names become folder names: plain names only.
 # no separators or control characters, and none of the characters a URL gives a meaning
 # to (%, #, ?): a label read over HTTP must name the same object
-_LABEL_NAME = re.compile(r"[^/\\\x00-\x1f%#?]+")
+_LABEL_NAME = re.compile(r"[^/\\\x00-\x1f\x7f-\x9f%#?]+")
 
 
 def write_ome_zarr(

@@ -219,7 +219,8 @@ def test_example_write_pyramid_replaces_a_store_only_when_asked(tmp_path):
     proc = subprocess.run(
         [sys.executable, script, str(out)], cwd=tmp_path, capture_output=True, text=True
     )
-    assert proc.returncode != 0 and "StoreExistsError" in proc.stderr
+    assert proc.returncode == 2 and "run again with --overwrite" in proc.stderr
+    assert "Traceback" not in proc.stderr
     assert lg.open_ome_zarr(out)[0].shape == (4, 16, 16)
     _run([script, str(out), "--overwrite"], tmp_path)
     assert lg.open_ome_zarr(out)[0].shape != (4, 16, 16)

@@ -829,6 +829,9 @@ BAD_LABEL_NAMES = [
     "labels",
     "nul\x00",
     "tab\there",
+    "del\x7f",  # DEL and the C1 control characters are control characters too
+    "nel\x85",
+    "csi\x9b",
     "%41",  # over HTTP the server reads it as 'A'
     "a#b",
     "q?r",

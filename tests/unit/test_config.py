@@ -203,3 +203,26 @@ def test_info_names_the_gzip_decoder(capsys, monkeypatch):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     assert "gzip/zlib decoder: zlib (install the deflate package" in out
+
+
+@pytest.mark.parametrize(
+    "given", [{"memory": "bogus"}, {"scratch_fraction": -1}, {"host_threads": -3}]
+)
+def test_gpu_backend_checks_its_arguments_before_looking_for_a_gpu(given):
+    from linumpy_gpu.gpu import GpuBackend
+
+    with pytest.raises(lg.ConfigError):
+        GpuBackend(**given)
+
+
+def test_sources_say_where_the_values_in_use_came_from_not_the_environment_now():
+    code = (
+        "import os, linumpy_gpu as lg\n"
+        "first = lg.config.get().io_threads\n"
+        "os.environ['LINUMPY_GPU_IO_THREADS'] = '7'\n"
+        "print(first, lg.config.get().io_threads, lg.config.sources()['io_threads'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LINUMPY_GPU_IO_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["None", "None", "default"]
