@@ -219,10 +219,9 @@ def _progress(args: argparse.Namespace) -> bool:
         return bool(args.progress)
     from linumpy_gpu import config
 
-    source = config.sources()["progress"]
-    if source == "set":
+    if config.sources()["progress"] == "set":
         return config.get().progress
-    if source != "default":  # the environment variable, read now (not cached)
+    if config.environment_sets(config.ENV_PREFIX + "PROGRESS"):  # read now, not cached
         return config.Settings.from_environment().progress
     return sys.stderr.isatty()
 

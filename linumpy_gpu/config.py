@@ -256,6 +256,14 @@ def set(settings: Settings | Mapping[str, Any] | None = None, **changes: Any) ->
         _current.reset(token)
 
 
+def layered(base: Settings) -> Settings:
+    """``base`` (the settings an object was opened with), with what the :func:`set`
+    blocks around this call changed laid over it: what objects made from others read with."""
+    now = get()
+    changed = {k: getattr(now, k) for k, src in sources().items() if src == "set"}
+    return base.replace(**changed)
+
+
 def environment_sets(variable: str) -> bool:
     """Whether the environment gives ``variable`` a value: for the variables of libraries
     underneath (kvikio's ``KVIKIO_NTHREADS``), which the user's choice must win over."""

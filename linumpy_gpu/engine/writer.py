@@ -480,9 +480,10 @@ def _check_integers_exact_as(block: Any, src: np.dtype, dtype: np.dtype, name: s
 
 
 def refuse_masked(data: Any, name: str) -> None:
-    """Refuse a numpy masked array: its masked values would be written as they lie
-    underneath, unchecked and unmarked, and zarr has no mask to keep them out."""
-    if isinstance(data, np.ma.MaskedArray) or isinstance(
+    """Refuse a numpy masked array that masks anything (a dask array of them too): its
+    masked values would be written as they lie underneath, unchecked and unmarked, and
+    zarr has no mask to keep them out. One that masks nothing is its data."""
+    if (isinstance(data, np.ma.MaskedArray) and np.ma.is_masked(data)) or isinstance(
         getattr(data, "_meta", None), np.ma.MaskedArray
     ):
         raise WriteError(

@@ -113,7 +113,7 @@ class Plate:
             raise InvalidMetadataError(
                 self.path, "plate.wells", f"a well group at '{path}'", "nothing"
             ) from None
-        with config.set(self._settings):
+        with config.set(config.layered(self._settings)):
             return Well(group, join(self.path, path), self.backend)
 
     def __iter__(self) -> Iterator[str]:
@@ -250,5 +250,5 @@ def _open_child(
             raise InvalidMetadataError(where, "path", "a zarr group", "nothing") from exc
     if not hasattr(child, "attrs") or hasattr(child, "dtype"):
         raise InvalidMetadataError(where, "path", "a zarr group", "an array")
-    with config.set(settings):
+    with config.set(config.layered(settings)):
         return MultiscaleImage(child, where, backend)

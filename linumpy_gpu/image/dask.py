@@ -34,7 +34,7 @@ from linumpy_gpu.backends import Backend, resolve_backend
 from linumpy_gpu.core.types import NDArray
 from linumpy_gpu.engine import ChunkedArrayReader
 from linumpy_gpu.errors import InvalidArgumentError, StoreError, portable
-from linumpy_gpu.io.stores import locate, translated_errors, with_stored_separator
+from linumpy_gpu.io.stores import locate, translated_errors, with_separator
 
 if TYPE_CHECKING:
     import dask.array
@@ -130,6 +130,7 @@ class ArraySource:
     session: str = ""
     version: str = ""
     expect: tuple[Any, ...] | None = None  # the layout (and file) the client's reader saw
+    separator: str | None = None  # a zarr v2 array's chunk key separator, as read there
     local: Any = dataclasses.field(default=None, repr=False)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -222,7 +223,8 @@ def open_array(source: ArraySource, writable: bool = False) -> tuple[Any, Backen
         with translated_errors(source.where, metadata=True):
             store = source.store.open(writable)
             array = zarr.open_array(store=store, path=source.path, mode="r+" if writable else "r")
-            return with_stored_separator(array)[0]
+            # as the client read it (an old v2 array's chunks found nested: see nested_by_spec)
+            return with_separator(array, source.separator) if source.separator else array
 
     info = {"what": "array", "where": source.where, "writable": writable}
     return _cached(key, make, info), backend
@@ -413,9 +415,7 @@ def dask_chunks(level: Level, chunks: Any) -> tuple[tuple[int, ...], ...]:
 def read_settings(level: Level) -> dict[str, Any]:
     """The settings a level's dask tasks read with: those the level was opened with, and
     over them whatever a :func:`linumpy_gpu.config.set` block around ``to_dask`` changed."""
-    now = config.get()
-    changed = {k: getattr(now, k) for k, src in config.sources().items() if src == "set"}
-    return {**dataclasses.asdict(level._reader.settings), **changed}
+    return dataclasses.asdict(config.layered(level._reader.settings))
 
 
 def level_source(level: Level) -> ArraySource:
@@ -432,6 +432,7 @@ def level_source(level: Level) -> ArraySource:
         settings=settings,
         version=repr(reader._metadata_version),
         expect=reader_identity(reader),
+        separator=getattr(reader.array.metadata, "dimension_separator", None),
         local=reader if same else None,
     )
 

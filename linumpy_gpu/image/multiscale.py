@@ -26,7 +26,7 @@ from linumpy_gpu.errors import (
 )
 from linumpy_gpu.image._common import dtype_text, format_bytes, join
 from linumpy_gpu.image.level import Level
-from linumpy_gpu.io.stores import translated_errors, with_stored_separator
+from linumpy_gpu.io.stores import nested_by_spec, translated_errors
 from linumpy_gpu.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -108,12 +108,12 @@ class MultiscaleImage:
         if not hasattr(array, "dtype"):
             raise InvalidMetadataError(self.path, field, f"a zarr array at '{ds.path}'", "a group")
         with translated_errors(where, metadata=True):
-            array, nested = with_stored_separator(array)
+            array, nested = nested_by_spec(array, self.meta.version)
         if nested:
             warn(
-                f"{where}: the array's metadata names no dimension_separator, and its chunks "
-                "lie in nested folders (as NGFF 0.2 to 0.4 store them): read with '/' "
-                "(zarr-python's default '.' finds no chunk there)",
+                f"{where}: the array's metadata names no dimension_separator; its chunks are "
+                f"read from nested folders ('0/1/2'), as NGFF {self.meta.version} stores them "
+                "(zarr-python's default '.' would find none of them)",
                 MetadataWarning,
             )
         if array.ndim != len(self.meta.axes):
@@ -471,7 +471,7 @@ class Labels(Mapping[str, MultiscaleImage]):
                     f"a label group at '{name}'",
                     "nothing",
                 ) from None
-            with config.set(self._image._settings):
+            with config.set(config.layered(self._image._settings)):
                 label = MultiscaleImage(group, where, self._image.backend)
             if label.image_label is None:
                 warn(f"{where}: label image has no 'image-label' metadata", MetadataWarning)

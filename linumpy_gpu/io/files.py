@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -309,6 +310,7 @@ def is_litter_or_ours(name: str) -> bool:
         or name == LOCK_FILE
         or _PARTIAL.fullmatch(name) is not None
         or _ZARR_PARTIAL.fullmatch(name) is not None
+        or name.endswith(".__lock")  # tensorstore's, beside a key it was writing
         or _BUILD_FOLDER.fullmatch(name) is not None
     )
 
@@ -342,42 +344,96 @@ def _local_nodes_below(folder: str, found: list[str]) -> Iterator[str]:
             continue
         yield entry.path
         if _is_local_array(entry.path):
-            _foreign_in_array(entry.path, "", found)
+            _foreign_in_array(entry.path, found)
         else:
             yield from _local_nodes_below(entry.path, found)
 
 
-def _foreign_in_array(array: str, rel: str, found: list[str]) -> None:
-    """Add to ``found`` what the array folder ``array`` holds (below ``rel``) that is
-    neither its metadata, nor a chunk or shard (:func:`is_chunk_key`), nor litter."""
-    try:
-        entries = list(os.scandir(os.path.join(array, rel) if rel else array))
-    except OSError:
-        return
-    for entry in entries:
-        key = f"{rel}/{entry.name}" if rel else entry.name
-        if entry.is_symlink() or is_litter_or_ours(entry.name):
-            continue
-        if not rel and entry.name in _GROUP_FILES:
-            continue
-        if entry.is_dir(follow_symlinks=False):
-            if _CHUNK_FOLDER.fullmatch(key):
-                _foreign_in_array(array, key, found)
-            else:
+def _foreign_in_array(array: str, found: list[str]) -> None:
+    """Add to ``found`` what the array folder ``array`` holds that is neither its metadata,
+    nor one of its chunks or shards (:class:`ChunkKeys`), nor litter."""
+    keys = ChunkKeys.of(read_array_document(local_document, array))
+
+    def walk(rel: str) -> None:
+        try:
+            entries = list(os.scandir(os.path.join(array, rel) if rel else array))
+        except OSError:
+            return
+        for entry in entries:
+            key = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.is_symlink() or is_litter_or_ours(entry.name):
+                continue
+            if not rel and entry.name in _GROUP_FILES:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if keys.folder(key):
+                    walk(key)
+                elif not holds_nothing(entry.path):  # (an empty one holds no one's data)
+                    found.append(entry.path)
+            elif not keys.chunk(key):
                 found.append(entry.path)
-        elif not is_chunk_key(key):
-            found.append(entry.path)
+
+    walk("")
 
 
-# Chunk keys of zarr v2 and v3 (both encodings, either separator): "c/0/1", "c.0.1", "0.1",
-# "0/1", and "c" or "0" for an array of no dimensions; their folders are "c", "c/0", "0"...
-_CHUNK_KEY = re.compile(r"c(/\d+)*|c(\.\d+)+|\d+([./]\d+)*")
-_CHUNK_FOLDER = re.compile(r"(c|\d+)(/\d+)*")
+def read_array_document(read: DocumentReader, node: str) -> dict[str, Any]:
+    """The array metadata document of ``node`` (v3 ``zarr.json`` or v2 ``.zarray``)."""
+    document = read(node, "zarr.json")
+    if document and document.get("node_type") == "array":
+        return document
+    return read(node, ".zarray") or {}
 
 
-def is_chunk_key(key: str) -> bool:
-    """Whether ``key`` (relative to an array) names one of its chunks (or shards)."""
-    return _CHUNK_KEY.fullmatch(key) is not None
+@dataclasses.dataclass(frozen=True)
+class ChunkKeys:
+    """Which keys below an array are its chunks (or shards), by its metadata: its number of
+    dimensions and its chunk key encoding ("default": ``c/0/1`` or ``c.0.1``; "v2" and zarr
+    v2: ``0/1`` or ``0.1``). Unknown metadata allows every encoding's keys."""
+
+    pattern: re.Pattern[str]
+    folders: re.Pattern[str]
+
+    @classmethod
+    def of(cls, document: dict[str, Any]) -> ChunkKeys:
+        shape = document.get("shape")
+        if not isinstance(shape, list):
+            return cls(_ANY_CHUNK_KEY, _ANY_CHUNK_FOLDER)
+        ndim = len(shape)
+        if document.get("zarr_format") == 2:
+            prefix, separator = None, document.get("dimension_separator") or "."
+        else:
+            encoding = document.get("chunk_key_encoding") or {}
+            name = encoding.get("name") if isinstance(encoding, dict) else None
+            config = (encoding.get("configuration") if isinstance(encoding, dict) else None) or {}
+            if name not in ("default", "v2"):
+                return cls(_ANY_CHUNK_KEY, _ANY_CHUNK_FOLDER)
+            prefix = "c" if name == "default" else None
+            separator = config.get("separator") or ("/" if name == "default" else ".")
+        if separator not in ("/", "."):
+            return cls(_ANY_CHUNK_KEY, _ANY_CHUNK_FOLDER)
+        sep = re.escape(separator)
+        if prefix is None:  # "0", "0.1", "0/1/2" (an array of no dimensions: "0")
+            key = r"\d+" + (rf"(?:{sep}\d+){{{ndim - 1}}}" if ndim > 1 else "")
+            folders = rf"\d+(?:/\d+){{0,{max(0, ndim - 2)}}}" if separator == "/" else "(?!)"
+        else:  # "c", "c/0/1", "c.0.1"
+            key = "c" + rf"(?:{sep}\d+){{{ndim}}}"
+            folders = rf"c(?:/\d+){{0,{max(0, ndim - 1)}}}" if separator == "/" else "(?!)"
+        if separator == "/" and ndim < (1 if prefix else 2):
+            folders = "(?!)"
+        return cls(re.compile(key), re.compile(folders))
+
+    def chunk(self, key: str) -> bool:
+        """Whether ``key`` (relative to the array) names a chunk or shard."""
+        return self.pattern.fullmatch(key) is not None
+
+    def folder(self, key: str) -> bool:
+        """Whether ``key`` (relative to the array) is a folder chunk keys pass through."""
+        return self.folders.fullmatch(key) is not None
+
+
+# any encoding's keys, for arrays whose metadata does not say
+_ANY_CHUNK_KEY = re.compile(r"c(/\d+)*|c(\.\d+)+|\d+([./]\d+)*")
+_ANY_CHUNK_FOLDER = re.compile(r"(c|\d+)(/\d+)*")
 
 
 def _is_local_array(folder: str) -> bool:
@@ -580,10 +636,10 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
     try:
         os.makedirs(parent, exist_ok=True)
         restored = remove_stale_staging(parent, base)
-        _building.add(staging)
+        _building.add(os.path.basename(staging))
         os.mkdir(staging)
     except OSError as exc:
-        _building.discard(staging)
+        _building.discard(os.path.basename(staging))
         # named by the destination: the build folder is ours, not the user's
         kind = StorePermissionError if isinstance(exc, PermissionError) else StoreError
         reason = exc.strerror or str(exc)
@@ -592,11 +648,11 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
         raise kind(f"'{target}' cannot be created in '{parent}': {reason}") from exc
     except BaseException:  # interrupted once the folder may exist
         shutil.rmtree(staging, ignore_errors=True)
-        _building.discard(staging)
+        _building.discard(os.path.basename(staging))
         raise
     if restored and not overwrite:
         os.rmdir(staging)
-        _building.discard(staging)
+        _building.discard(os.path.basename(staging))
         raise StoreExistsError(
             f"'{target}' exists again: a replacement of it was interrupted, and the store it "
             "was replacing has been put back; pass overwrite=True to replace it"
@@ -621,10 +677,10 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
         shutil.rmtree(staging, ignore_errors=True)
         # (zarr's event loop may still write a file of the interrupted block, making the
         # folder again: once out of _building, the next write of the target removes it)
-        _building.discard(staging)
+        _building.discard(os.path.basename(staging))
         raise
     shutil.rmtree(staging, ignore_errors=True)
-    _building.discard(staging)
+    _building.discard(os.path.basename(staging))
     if os.path.lexists(staging):
         warnings.warn(
             f"'{target}' was replaced, but the store it replaced could not be removed "
@@ -676,7 +732,8 @@ _BUILD_FOLDER = re.compile(
 )
 
 
-# the build folders of this process's writes under way (see remove_stale_staging)
+# the names of the build folders of this process's writes under way (names, not paths:
+# one folder has several spellings; the uuid in each name tells them apart)
 _building: set[str] = set()
 
 
@@ -702,7 +759,7 @@ def remove_stale_staging(parent: str, base: str) -> bool:
                 continue
             left = os.path.join(parent, name)
             if int(found.group(2)) == os.getpid():
-                if left.removesuffix(".old") in _building:
+                if name.removesuffix(".old") in _building:
                     continue  # a write of this process, under way
             elif _process_alive(int(found.group(2))):
                 continue

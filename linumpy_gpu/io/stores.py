@@ -400,47 +400,52 @@ def translate(exc: BaseException, where: str, what: str = "store") -> LinumpyGpu
     return None
 
 
-def with_stored_separator(array: Any) -> tuple[Any, bool]:
+def nested_by_spec(array: Any, ngff_version: str | None) -> tuple[Any, bool]:
     """``array`` as its chunks are stored, and whether that differs from its metadata.
 
-    A zarr v2 array whose ``.zarray`` names no ``dimension_separator`` (written before the
-    key existed) reads with zarr's default ".", yet NGFF 0.2 to 0.4 keep chunks in nested
-    folders ("0/1/2"): read with ".", every chunk is missing and the image is all fill
-    values. Where such an array's folder holds nested chunk folders (names of digits
-    only, which "." keys never are beyond one dimension), it is reopened with "/"."""
+    NGFF 0.2 to 0.4 keep a zarr v2 array's chunks in nested folders ("0/1/2"), yet files
+    written before zarr's ``dimension_separator`` key existed do not say so, and zarr reads
+    them with its default "." (every chunk missing: all fill values). Such an array is
+    reopened with "/", unless its first chunk lies flat ("0.0.0") after all. No listing:
+    one existence check per level of such an image, none for any other."""
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
     meta = array.metadata
-    if meta.zarr_format != 2 or array.ndim < 2 or meta.dimension_separator == "/":
+    if (
+        ngff_version not in ("0.2", "0.3", "0.4")
+        or meta.zarr_format != 2
+        or array.ndim < 2
+        or meta.dimension_separator == "/"
+    ):
         return array, False
     prefix = array.store_path.path
-    key = f"{prefix}/.zarray" if prefix else ".zarray"
-    raw = sync(array.store.get(key, default_buffer_prototype()))
+    inside = f"{prefix}/" if prefix else ""
+    raw = sync(array.store.get(inside + ".zarray", default_buffer_prototype()))
     try:
         document = json.loads(raw.to_bytes()) if raw is not None else {}
     except ValueError:
         return array, False
     if not isinstance(document, dict) or "dimension_separator" in document:
         return array, False
-
-    async def nested() -> bool:
-        async for name in array.store.list_dir(prefix):
-            if name.isdigit():
-                return True
-            if name[:1].isdigit():
-                return False  # a "." key: the metadata is right
-        return False
-
-    if not sync(nested()):
+    try:
+        flat = sync(array.store.exists(inside + ".".join(["0"] * array.ndim)))
+    except Exception:  # a store that cannot tell: the specification's layout
+        flat = False
+    if flat:
         return array, False
+    return with_separator(array, "/"), True
+
+
+def with_separator(array: Any, separator: str) -> Any:
+    """The zarr v2 ``array`` reading its chunk keys with ``separator``."""
+    if array.metadata.zarr_format != 2 or array.metadata.dimension_separator == separator:
+        return array
     import dataclasses
 
     from zarr import Array
     from zarr.core.array import AsyncArray
 
     inner = array._async_array
-    renamed = dataclasses.replace(meta, dimension_separator="/")
-    return Array(
-        AsyncArray(metadata=renamed, store_path=inner.store_path, config=inner.config)
-    ), True
+    renamed = dataclasses.replace(array.metadata, dimension_separator=separator)
+    return Array(AsyncArray(metadata=renamed, store_path=inner.store_path, config=inner.config))

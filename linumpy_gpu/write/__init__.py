@@ -32,13 +32,14 @@ from linumpy_gpu.errors import (
 )
 from linumpy_gpu.image import Level, MultiscaleImage, open_image
 from linumpy_gpu.io.files import (
+    ChunkKeys,
     DocumentReader,
     UnitLocks,
     built_beside,
     check_replaceable,
-    is_chunk_key,
     is_litter_or_ours,
     json_object,
+    read_array_document,
     refresh_consolidated,
     refusal_above,
     replace_refusal,
@@ -431,6 +432,7 @@ def _nodes_and_foreign(
         for inner, node in named.items()
         if f"{inner}/.zarray" in keys or (read(node, "zarr.json") or {}).get("node_type") == "array"
     ]
+    chunk_keys = {a: ChunkKeys.of(read_array_document(read, named[a])) for a in arrays}
     for key in keys:
         inner, _, name = key.rpartition("/")
         if is_litter_or_ours(name):
@@ -438,7 +440,7 @@ def _nodes_and_foreign(
         array = next((a for a in arrays if key.startswith(f"{a}/")), None)
         if array is not None:
             within = key[len(array) + 1 :]
-            if within in ("zarr.json", ".zarray", ".zattrs") or is_chunk_key(within):
+            if within in ("zarr.json", ".zarray", ".zattrs") or chunk_keys[array].chunk(within):
                 continue  # its metadata, or a chunk: anything else is someone's object
         elif name in ("zarr.json", ".zattrs", ".zgroup", ".zarray", ".zmetadata"):
             continue

@@ -440,3 +440,13 @@ def test_settings_given_at_open_reach_label_images_and_plate_fields(tmp_path):
     lg.write_ome_zarr(tmp_path / "plate.zarr" / "A" / "1" / "0", np.zeros((4, 8, 8), np.uint8))
     opened = lg.open_ome_zarr(tmp_path / "plate.zarr", settings={"io_threads": 3})
     assert opened.image("A", "1")[0]._reader.settings.io_threads == 3
+
+
+def test_a_settings_block_around_opening_a_label_image_reaches_its_reads(tmp_path):
+    image = tmp_path / "img.zarr"
+    lg.write_ome_zarr(image, np.zeros((8, 16, 16), np.uint16), levels=1)
+    lg.write_labels(image, "cells", np.zeros((8, 16, 16), np.uint8))
+    img = lg.open_ome_zarr(image, settings={"io_threads": 3})
+    with lg.config.set(io_threads=4, progress=True):
+        cells = img.labels["cells"]
+    assert (cells[0]._reader.settings.io_threads, cells[0]._reader.settings.progress) == (4, True)

@@ -800,9 +800,13 @@ def test_masked_arrays_are_refused_not_written_with_their_hidden_values(tmp_path
     with pytest.raises(lg.WriteError, match="masked array"):
         img[0][0:1, 0:1, 0:2] = hidden
     assert (img[0][...] == 0).all()
+    masked = np.ma.masked_array(np.zeros((4, 4), np.uint8), mask=np.eye(4, dtype=bool))
     with pytest.raises(lg.WriteError, match="masked array"):
-        lg.write_ome_zarr(tmp_path / "n.zarr", np.ma.masked_array(np.zeros((4, 4), np.uint8)))
+        lg.write_ome_zarr(tmp_path / "n.zarr", masked)
     assert not (tmp_path / "n.zarr").exists()
+    # one that masks nothing (netCDF4 reads are such) is its data
+    img = lg.write_ome_zarr(tmp_path / "n.zarr", np.ma.masked_invalid(np.ones((4, 4))))
+    assert (img[0][...] == 1).all()
 
 
 @pytest.mark.parametrize(

@@ -1185,12 +1185,24 @@ def test_file_managers_litter_does_not_block_a_replacement(store, litter):
     np.testing.assert_array_equal(img[0][...], volume(seed=2))
 
 
-@pytest.mark.parametrize("inside", ["", "labels", "0"])
-def test_an_interrupted_zarr_writes_temporary_file_does_not_block_a_replacement(store, inside):
+@pytest.mark.parametrize(
+    "left",
+    [
+        "zarr.0123456789abcdef0123456789abcdef.partial",
+        "labels/zarr.0123456789abcdef0123456789abcdef.partial",
+        "0/zarr.json.0123456789abcdef0123456789abcdef.partial",
+        "0/c/1/0/1.__lock",  # tensorstore writes each key through one
+        "0/c/7",  # an empty folder holds no one's data
+    ],
+)
+def test_what_an_interrupted_writer_leaves_does_not_block_a_replacement(store, left):
     # zarr-python's LocalStore writes zarr.json as zarr.<uuid4 hex>.partial, then renames
     # it: a write killed between the two leaves the temporary file
-    (store / inside).mkdir(exist_ok=True)
-    (store / inside / "zarr.0123456789abcdef0123456789abcdef.partial").write_text("{")
+    (store / left).parent.mkdir(parents=True, exist_ok=True)
+    if left.endswith("/7"):
+        (store / left).mkdir()
+    else:
+        (store / left).write_text("{")
     img = lg.write_ome_zarr(store, volume(seed=2), overwrite=True, levels=1)
     np.testing.assert_array_equal(img[0][...], volume(seed=2))
 
@@ -1206,6 +1218,9 @@ def test_an_interrupted_zarr_writes_temporary_file_does_not_block_a_replacement(
         "0/.git/HEAD",
         "1/c/analysis.csv",
         "0/c/0/0/0.bak",
+        "0/2024",  # names like a chunk key of another encoding, or another rank
+        "0/c.1.0.0",
+        "0/c/0/0/9/9",
     ],
 )
 def test_user_data_in_a_store_blocks_a_replacement(store, tmp_path, hidden):
@@ -1429,3 +1444,19 @@ def test_overwriting_the_current_folder_by_dot_returns_the_new_image(tmp_path, m
     # refused by name, not with the file system's bare error
     with pytest.raises(lg.StoreNotFoundError, match="current folder"):
         lg.open_ome_zarr("img.ome.zarr")
+
+
+def test_a_write_under_way_keeps_its_build_folder_whatever_path_spelling_another_uses(
+    tmp_path,
+):
+    """Two writes of one destination in one process, one through a link: the second's
+    clean-up of stale build folders must not take the first's for a leftover."""
+    from linumpy_gpu.io import files
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with files.built_beside(str(tmp_path / "link" / "img.zarr"), overwrite=False) as staging:
+        (tmp_path / "real" / os.path.basename(staging) / "zarr.json").write_text("{}")
+        files.remove_stale_staging(str(tmp_path / "real"), "img.zarr")
+        assert os.path.isdir(staging)
+    assert (tmp_path / "real" / "img.zarr" / "zarr.json").is_file()
