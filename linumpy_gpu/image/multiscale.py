@@ -443,7 +443,9 @@ class Labels(Mapping[str, MultiscaleImage]):
 
     def __init__(self, image: MultiscaleImage):
         self._image = image
-        self._opened: dict[str, MultiscaleImage] = {}
+        # by name and the settings they read with (a set() block around opening one
+        # gives it other settings than the image's own)
+        self._opened: dict[tuple[str, config.Settings], MultiscaleImage] = {}
         self._group: Any = None
         self.names: tuple[str, ...] = ()
         try:
@@ -460,7 +462,8 @@ class Labels(Mapping[str, MultiscaleImage]):
             raise NotFoundError(
                 f"'{self._image.path}' has no label image {name!r}; it has {list(self.names)}"
             )
-        if name not in self._opened:
+        settings = config.layered(self._image._settings)
+        if (name, settings) not in self._opened:
             where = join(self._image.path, "labels", name)
             try:
                 group = self._group[name]
@@ -471,12 +474,12 @@ class Labels(Mapping[str, MultiscaleImage]):
                     f"a label group at '{name}'",
                     "nothing",
                 ) from None
-            with config.set(config.layered(self._image._settings)):
+            with config.set(settings):
                 label = MultiscaleImage(group, where, self._image.backend)
             if label.image_label is None:
                 warn(f"{where}: label image has no 'image-label' metadata", MetadataWarning)
-            self._opened[name] = label
-        return self._opened[name]
+            self._opened[name, settings] = label
+        return self._opened[name, settings]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names)

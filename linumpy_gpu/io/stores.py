@@ -406,8 +406,8 @@ def nested_by_spec(array: Any, ngff_version: str | None) -> tuple[Any, bool]:
     NGFF 0.2 to 0.4 keep a zarr v2 array's chunks in nested folders ("0/1/2"), yet files
     written before zarr's ``dimension_separator`` key existed do not say so, and zarr reads
     them with its default "." (every chunk missing: all fill values). Such an array is
-    reopened with "/", unless its first chunk lies flat ("0.0.0") after all. No listing:
-    one existence check per level of such an image, none for any other."""
+    reopened with "/" where its files show nested chunks (:func:`_stored_separator`);
+    nothing is looked at for any other array."""
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
@@ -428,13 +428,45 @@ def nested_by_spec(array: Any, ngff_version: str | None) -> tuple[Any, bool]:
         return array, False
     if not isinstance(document, dict) or "dimension_separator" in document:
         return array, False
-    try:
-        flat = sync(array.store.exists(inside + ".".join(["0"] * array.ndim)))
-    except Exception:  # a store that cannot tell: the specification's layout
-        flat = False
-    if flat:
+    if _stored_separator(array.store, prefix, array.ndim) != "/":
         return array, False
     return with_separator(array, "/"), True
+
+
+_FLAT_KEY = re.compile(r"\d+(\.\d+)+")
+
+
+def _stored_separator(store: Any, prefix: str, ndim: int) -> str | None:
+    """The chunk key separator the array at ``prefix`` uses by its files, or None where
+    they do not tell. A local folder is read entry by entry until one tells (a flat key
+    "0.1.2", or a folder of digits holding entries of digits: a user's "2024" folder is
+    not a chunk folder); elsewhere, without listing, by the first chunk's two keys."""
+    from zarr.core.sync import sync
+    from zarr.storage import LocalStore
+
+    if isinstance(store, LocalStore):
+        folder = os.path.join(str(store.root), *prefix.split("/")) if prefix else str(store.root)
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if _FLAT_KEY.fullmatch(entry.name):
+                        return "."
+                    if entry.name.isdigit() and entry.is_dir(follow_symlinks=False):
+                        with os.scandir(entry.path) as inner:
+                            if any(e.name.isdigit() for e in inner):
+                                return "/"
+        except OSError:
+            return None
+        return None
+    inside = f"{prefix}/" if prefix else ""
+    try:
+        if sync(store.exists(inside + ".".join(["0"] * ndim))):
+            return "."
+        if sync(store.exists(inside + "/".join(["0"] * ndim))):
+            return "/"
+    except Exception:  # a store that cannot tell (an HTTP server refusing, say)
+        return None
+    return None
 
 
 def with_separator(array: Any, separator: str) -> Any:

@@ -450,3 +450,13 @@ def test_a_settings_block_around_opening_a_label_image_reaches_its_reads(tmp_pat
     with lg.config.set(io_threads=4, progress=True):
         cells = img.labels["cells"]
     assert (cells[0]._reader.settings.io_threads, cells[0]._reader.settings.progress) == (4, True)
+
+
+def test_a_label_image_opened_in_a_settings_block_does_not_keep_them_after_it(tmp_path):
+    image = tmp_path / "img.zarr"
+    lg.write_ome_zarr(image, np.zeros((8, 16, 16), np.uint16), levels=1)
+    lg.write_labels(image, "cells", np.zeros((8, 16, 16), np.uint8))
+    img = lg.open_ome_zarr(image, settings={"io_threads": 3})
+    with lg.config.set(io_threads=4):
+        assert img.labels["cells"][0]._reader.settings.io_threads == 4
+    assert img.labels["cells"][0]._reader.settings.io_threads == 3

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 import zarr
@@ -147,7 +150,7 @@ def test_scales_and_translations_stored_in_arrays(tmp_path, version):
     np.testing.assert_array_equal(img[0][...], data)
 
 
-def _old_v2_image(path, data, nested: bool, version: str = "0.2"):
+def _old_v2_image(path, data, nested: bool, version: str = "0.2", skip_first: bool = False):
     """An image as zarr 2 writers left it before ``dimension_separator`` existed: a
     ``.zarray`` without the key, chunks in nested folders (NGFF 0.2's rule) or flat."""
     import json
@@ -156,7 +159,11 @@ def _old_v2_image(path, data, nested: bool, version: str = "0.2"):
 
     (path / "0").mkdir(parents=True)
     (path / ".zgroup").write_text(json.dumps({"zarr_format": 2}))
-    ms = {"version": version, "datasets": [{"path": "0"}]}
+    ms: dict = {"version": version, "datasets": [{"path": "0"}]}
+    if version == "0.4":
+        kinds = {"t": "time", "c": "channel"}
+        ms["axes"] = [{"name": n, "type": kinds.get(n, "space")} for n in "tczyx"]
+        ms["datasets"][0]["coordinateTransformations"] = [{"type": "scale", "scale": [1] * 5}]
     (path / ".zattrs").write_text(json.dumps({"multiscales": [ms]}))
     chunks = (1, 1, 2, 3, 4)  # NGFF 0.1 and 0.2 images are 5-D (tczyx)
     zarray = {
@@ -171,6 +178,8 @@ def _old_v2_image(path, data, nested: bool, version: str = "0.2"):
     }
     (path / "0" / ".zarray").write_text(json.dumps(zarray))
     for index in np.ndindex(*(-(-n // c) for n, c in zip(data.shape, chunks, strict=True))):
+        if skip_first and not any(index):
+            continue  # all fill values: zarr writes no chunk for it
         block = np.zeros(chunks, data.dtype)
         part = data[tuple(slice(i * c, (i + 1) * c) for i, c in zip(index, chunks, strict=True))]
         block[tuple(slice(0, n) for n in part.shape)] = part
@@ -187,10 +196,30 @@ def test_old_v2_images_without_a_separator_read_their_nested_chunks(tmp_path):
         img = lg.open_ome_zarr(nested)
     np.testing.assert_array_equal(img[0].read(), data)
     np.testing.assert_array_equal(img[0].to_dask().compute(), data)
-    for version in ("0.1", "0.2"):  # flat chunks, whatever the version says
-        flat = _old_v2_image(tmp_path / f"flat{version}.zarr", data, nested=False, version=version)
+    data[..., :2, :3, :4] = 0  # the first chunk: fill values only
+    for version, skip in (("0.1", False), ("0.2", False), ("0.2", True), ("0.4", True)):
+        # flat chunks, whatever the version says, the first one written or not
+        flat = _old_v2_image(
+            tmp_path / f"flat{version}{skip}.zarr", data, False, version, skip_first=skip
+        )
         np.testing.assert_array_equal(lg.open_ome_zarr(flat)[0].read(), data)
         np.testing.assert_array_equal(lg.open_ome_zarr(flat)[0].to_dask().compute(), data)
+    nested = _old_v2_image(tmp_path / "nested-sparse.zarr", data, True, skip_first=True)
+    with pytest.warns(lg.MetadataWarning, match="nested folders"):
+        np.testing.assert_array_equal(lg.open_ome_zarr(nested)[0].read(), data)
+
+
+def test_old_v2_images_on_an_object_store_find_their_nested_chunks():
+    import fsspec
+
+    data = np.arange(4 * 6 * 7, dtype="u2").reshape(1, 1, 4, 6, 7) + 1
+    fs = fsspec.filesystem("memory")
+    with tempfile.TemporaryDirectory() as tmp:
+        local = _old_v2_image(Path(tmp) / "img.zarr", data, nested=True)
+        fs.put(str(local), "/old-nested/img.zarr", recursive=True)
+    with pytest.warns(lg.MetadataWarning, match="nested folders"):
+        img = lg.open_ome_zarr("memory://old-nested/img.zarr")
+    np.testing.assert_array_equal(img[0].read(), data)
 
 
 def test_a_rectilinear_chunk_grid_is_refused_by_name(tmp_path):
