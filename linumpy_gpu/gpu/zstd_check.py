@@ -536,7 +536,7 @@ LINUMPY_DEVICE void zc_use(const ZcRep* r, u64 at, ZcBlockResult* out) {
    they were. */
 LINUMPY_DEVICE void zc_result_init(ZcBlockResult* r, i64 decoded) {
     r->decoded = decoded;
-    r->history = -(i64)1 << 62;
+    r->history = -((i64)1 << 62);
     for (int j = 0; j < 3; ++j) {
         r->max_delta[j] = 0;
         r->min_room[j] = ZC_NO_ROOM;
