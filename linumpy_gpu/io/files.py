@@ -400,27 +400,35 @@ class ChunkKeys:
             return cls(_ANY_CHUNK_KEY, _ANY_CHUNK_FOLDER)
         ndim = len(shape)
         if document.get("zarr_format") == 2:
-            prefix, separator = None, document.get("dimension_separator") or "."
+            prefix = None
+            # no key: written before it existed, nested or flat (see io.stores.nested_by_spec)
+            given = document.get("dimension_separator")
+            separators = [given] if "dimension_separator" in document else [".", "/"]
         else:
-            encoding = document.get("chunk_key_encoding") or {}
-            name = encoding.get("name") if isinstance(encoding, dict) else None
-            config = (encoding.get("configuration") if isinstance(encoding, dict) else None) or {}
+            encoding = document.get("chunk_key_encoding")
+            encoding = encoding if isinstance(encoding, dict) else {}
+            name = encoding.get("name")
+            config = encoding.get("configuration")
+            config = config if isinstance(config, dict) else {}
             if name not in ("default", "v2"):
                 return cls(_ANY_CHUNK_KEY, _ANY_CHUNK_FOLDER)
             prefix = "c" if name == "default" else None
-            separator = config.get("separator") or ("/" if name == "default" else ".")
-        if separator not in ("/", "."):
+            separators = [config.get("separator") or ("/" if name == "default" else ".")]
+        known = [sep for sep in separators if sep in ("/", ".")]
+        if len(known) != len(separators):
             return cls(_ANY_CHUNK_KEY, _ANY_CHUNK_FOLDER)
-        sep = re.escape(separator)
-        if prefix is None:  # "0", "0.1", "0/1/2" (an array of no dimensions: "0")
-            key = r"\d+" + (rf"(?:{sep}\d+){{{ndim - 1}}}" if ndim > 1 else "")
-            folders = rf"\d+(?:/\d+){{0,{max(0, ndim - 2)}}}" if separator == "/" else "(?!)"
-        else:  # "c", "c/0/1", "c.0.1"
-            key = "c" + rf"(?:{sep}\d+){{{ndim}}}"
-            folders = rf"c(?:/\d+){{0,{max(0, ndim - 1)}}}" if separator == "/" else "(?!)"
-        if separator == "/" and ndim < (1 if prefix else 2):
-            folders = "(?!)"
-        return cls(re.compile(key), re.compile(folders))
+        keys, folders = [], []
+        for separator in known:
+            sep = re.escape(separator)
+            if prefix is None:  # "0", "0.1", "0/1/2" (an array of no dimensions: "0")
+                keys.append(r"\d+" + (rf"(?:{sep}\d+){{{ndim - 1}}}" if ndim > 1 else ""))
+                if separator == "/" and ndim >= 2:
+                    folders.append(rf"\d+(?:/\d+){{0,{ndim - 2}}}")
+            else:  # "c", "c/0/1", "c.0.1"
+                keys.append("c" + rf"(?:{sep}\d+){{{ndim}}}")
+                if separator == "/" and ndim >= 1:
+                    folders.append(rf"c(?:/\d+){{0,{ndim - 1}}}")
+        return cls(re.compile("|".join(keys)), re.compile("|".join(folders) or "(?!)"))
 
     def chunk(self, key: str) -> bool:
         """Whether ``key`` (relative to the array) names a chunk or shard."""

@@ -428,7 +428,8 @@ def nested_by_spec(array: Any, ngff_version: str | None) -> tuple[Any, bool]:
         return array, False
     if not isinstance(document, dict) or "dimension_separator" in document:
         return array, False
-    if _stored_separator(array.store, prefix, array.ndim) != "/":
+    chunks = tuple(int(c) for c in meta.chunks)
+    if _stored_separator(array.store, prefix, tuple(array.shape), chunks) != "/":
         return array, False
     return with_separator(array, "/"), True
 
@@ -436,14 +437,18 @@ def nested_by_spec(array: Any, ngff_version: str | None) -> tuple[Any, bool]:
 _FLAT_KEY = re.compile(r"\d+(\.\d+)+")
 
 
-def _stored_separator(store: Any, prefix: str, ndim: int) -> str | None:
+def _stored_separator(
+    store: Any, prefix: str, shape: tuple[int, ...], chunks: tuple[int, ...]
+) -> str | None:
     """The chunk key separator the array at ``prefix`` uses by its files, or None where
-    they do not tell. A local folder is read entry by entry until one tells (a flat key
-    "0.1.2", or a folder of digits holding entries of digits: a user's "2024" folder is
-    not a chunk folder); elsewhere, without listing, by the first chunk's two keys."""
+    they do not tell. A local folder is read entry by entry until one tells: a flat key
+    ("0.1.2"), or a nested one, a path of digits as deep as the array has dimensions (a
+    user's "2024/12/notes.txt" is none). Elsewhere, without listing: the keys of the
+    first and the last chunk, in both spellings."""
     from zarr.core.sync import sync
     from zarr.storage import LocalStore
 
+    ndim = len(shape)
     if isinstance(store, LocalStore):
         folder = os.path.join(str(store.root), *prefix.split("/")) if prefix else str(store.root)
         try:
@@ -451,22 +456,36 @@ def _stored_separator(store: Any, prefix: str, ndim: int) -> str | None:
                 for entry in entries:
                     if _FLAT_KEY.fullmatch(entry.name):
                         return "."
-                    if entry.name.isdigit() and entry.is_dir(follow_symlinks=False):
-                        with os.scandir(entry.path) as inner:
-                            if any(e.name.isdigit() for e in inner):
-                                return "/"
+                    if entry.name.isdigit() and _nested_key_below(entry, ndim - 1):
+                        return "/"
         except OSError:
             return None
         return None
     inside = f"{prefix}/" if prefix else ""
+    last = [str(max(0, -(-n // c) - 1)) for n, c in zip(shape, chunks, strict=True)]
     try:
-        if sync(store.exists(inside + ".".join(["0"] * ndim))):
-            return "."
-        if sync(store.exists(inside + "/".join(["0"] * ndim))):
-            return "/"
+        for index in (["0"] * ndim, last):
+            if sync(store.exists(inside + ".".join(index))):
+                return "."
+            if sync(store.exists(inside + "/".join(index))):
+                return "/"
     except Exception:  # a store that cannot tell (an HTTP server refusing, say)
         return None
     return None
+
+
+def _nested_key_below(entry: os.DirEntry[str], depth: int) -> bool:
+    """Whether the folder ``entry`` holds a path of ``depth`` more digit names ending in a
+    file: the rest of a nested chunk key."""
+    try:
+        if depth == 0:
+            return entry.is_file(follow_symlinks=False)
+        if not entry.is_dir(follow_symlinks=False):
+            return False
+        with os.scandir(entry.path) as inner:
+            return any(e.name.isdigit() and _nested_key_below(e, depth - 1) for e in inner)
+    except OSError:
+        return False
 
 
 def with_separator(array: Any, separator: str) -> Any:

@@ -432,6 +432,8 @@ def _nodes_and_foreign(
         for inner, node in named.items()
         if f"{inner}/.zarray" in keys or (read(node, "zarr.json") or {}).get("node_type") == "array"
     ]
+    # an array inside another's folder is not one of the store's: its keys are foreign
+    arrays = [a for a in arrays if not any(a.startswith(f"{b}/") for b in arrays)]
     chunk_keys = {a: ChunkKeys.of(read_array_document(read, named[a])) for a in arrays}
     for key in keys:
         inner, _, name = key.rpartition("/")

@@ -207,19 +207,31 @@ def test_old_v2_images_without_a_separator_read_their_nested_chunks(tmp_path):
     nested = _old_v2_image(tmp_path / "nested-sparse.zarr", data, True, skip_first=True)
     with pytest.warns(lg.MetadataWarning, match="nested folders"):
         np.testing.assert_array_equal(lg.open_ome_zarr(nested)[0].read(), data)
+    # a user's dated folder among flat chunks is no nested chunk
+    (flat / "0" / "2024" / "12").mkdir(parents=True)
+    (flat / "0" / "2024" / "12" / "notes.txt").write_text("mine")
+    np.testing.assert_array_equal(lg.open_ome_zarr(flat)[0].read(), data)
+    # read, and replaced as the store it is (its nested chunks are its own)
+    img = lg.write_ome_zarr(nested, data[0, 0], overwrite=True, levels=1)
+    np.testing.assert_array_equal(img[0].read(), data[0, 0])
 
 
-def test_old_v2_images_on_an_object_store_find_their_nested_chunks():
+@pytest.mark.parametrize("skip_first", [False, True])
+def test_old_v2_images_on_an_object_store_find_their_nested_chunks(skip_first):
     import fsspec
 
     data = np.arange(4 * 6 * 7, dtype="u2").reshape(1, 1, 4, 6, 7) + 1
+    data[..., :2, :3, :4] = 0
     fs = fsspec.filesystem("memory")
+    url = f"memory://old-nested-{skip_first}/img.zarr"
     with tempfile.TemporaryDirectory() as tmp:
-        local = _old_v2_image(Path(tmp) / "img.zarr", data, nested=True)
-        fs.put(str(local), "/old-nested/img.zarr", recursive=True)
+        local = _old_v2_image(Path(tmp) / "img.zarr", data, nested=True, skip_first=skip_first)
+        fs.put(str(local), url.removeprefix("memory:/"), recursive=True)
     with pytest.warns(lg.MetadataWarning, match="nested folders"):
-        img = lg.open_ome_zarr("memory://old-nested/img.zarr")
+        img = lg.open_ome_zarr(url)
     np.testing.assert_array_equal(img[0].read(), data)
+    img = lg.write_ome_zarr(url, data[0, 0], overwrite=True, levels=1)
+    np.testing.assert_array_equal(img[0].read(), data[0, 0])
 
 
 def test_a_rectilinear_chunk_grid_is_refused_by_name(tmp_path):

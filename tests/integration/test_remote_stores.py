@@ -540,3 +540,16 @@ def test_an_object_among_a_remote_levels_chunks_blocks_a_replacement_unless_a_ch
         return
     img = lg.write_ome_zarr(url, DATA[::-1], levels=1, overwrite=True, device="cpu")
     np.testing.assert_array_equal(img[0][...], DATA[::-1])
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_users_array_inside_a_remote_level_blocks_a_replacement(zarr_format):
+    url = f"memory://array-in-level-{zarr_format}/img.zarr"
+    lg.write_ome_zarr(url, DATA, chunks=(8, 16, 16), levels=1, device="cpu")
+    mine = zarr.create_array(
+        url + "/0/mine", shape=(4,), dtype="u1", zarr_format=zarr_format, fill_value=0
+    )
+    mine[...] = 7
+    with pytest.raises(lg.StoreExistsError, match="not part of a zarr store"):
+        lg.write_ome_zarr(url, DATA[::-1], levels=1, overwrite=True, device="cpu")
+    assert (zarr.open_array(url + "/0/mine", mode="r")[...] == 7).all()
