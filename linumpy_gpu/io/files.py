@@ -428,7 +428,8 @@ class ChunkKeys:
                 keys.append("c" + rf"(?:{sep}\d+){{{ndim}}}")
                 if separator == "/" and ndim >= 1:
                     folders.append(rf"c(?:/\d+){{0,{ndim - 1}}}")
-        return cls(re.compile("|".join(keys)), re.compile("|".join(folders) or "(?!)"))
+        folder_pattern = "|".join(folders) or "(?!)"
+        return cls(re.compile("|".join(keys), re.ASCII), re.compile(folder_pattern, re.ASCII))
 
     def chunk(self, key: str) -> bool:
         """Whether ``key`` (relative to the array) names a chunk or shard."""
@@ -440,8 +441,8 @@ class ChunkKeys:
 
 
 # any encoding's keys, for arrays whose metadata does not say
-_ANY_CHUNK_KEY = re.compile(r"c(/\d+)*|c(\.\d+)+|\d+([./]\d+)*")
-_ANY_CHUNK_FOLDER = re.compile(r"(c|\d+)(/\d+)*")
+_ANY_CHUNK_KEY = re.compile(r"c(/\d+)*|c(\.\d+)+|\d+([./]\d+)*", re.ASCII)
+_ANY_CHUNK_FOLDER = re.compile(r"(c|\d+)(/\d+)*", re.ASCII)
 
 
 def _is_local_array(folder: str) -> bool:

@@ -434,56 +434,76 @@ def nested_by_spec(array: Any, ngff_version: str | None) -> tuple[Any, bool]:
     return with_separator(array, "/"), True
 
 
-_FLAT_KEY = re.compile(r"\d+(\.\d+)+")
+_DIGITS = re.compile(r"[0-9]+")
 
 
 def _stored_separator(
     store: Any, prefix: str, shape: tuple[int, ...], chunks: tuple[int, ...]
 ) -> str | None:
     """The chunk key separator the array at ``prefix`` uses by its files, or None where
-    they do not tell. A local folder is read entry by entry until one tells: a flat key
-    ("0.1.2"), or a nested one, a path of digits as deep as the array has dimensions (a
-    user's "2024/12/notes.txt" is none). Elsewhere, without listing: the keys of the
-    first and the last chunk, in both spellings."""
+    they do not tell. The level's folder is read entry by entry until one tells: a flat
+    key of as many numbers as the array has dimensions ("0.1.2"), or a nested one, a path
+    of as many digit names ending in a file (a user's "2024/12/notes.txt" or "2.0" is
+    neither). On object stores the first and the last chunk's keys are tried first, and
+    the folder is listed only where neither exists."""
     from zarr.core.sync import sync
     from zarr.storage import LocalStore
 
     ndim = len(shape)
+    flat_key = re.compile(r"[0-9]+" + r"\.[0-9]+" * (ndim - 1))
     if isinstance(store, LocalStore):
         folder = os.path.join(str(store.root), *prefix.split("/")) if prefix else str(store.root)
         try:
             with os.scandir(folder) as entries:
                 for entry in entries:
-                    if _FLAT_KEY.fullmatch(entry.name):
+                    if flat_key.fullmatch(entry.name) and entry.is_file():
                         return "."
-                    if entry.name.isdigit() and _nested_key_below(entry, ndim - 1):
+                    if _DIGITS.fullmatch(entry.name) and _nested_key_below(entry, ndim - 1):
                         return "/"
         except OSError:
             return None
         return None
     inside = f"{prefix}/" if prefix else ""
     last = [str(max(0, -(-n // c) - 1)) for n, c in zip(shape, chunks, strict=True)]
+
+    async def nested_below(path: str, depth: int) -> bool:
+        if depth == 0:
+            return bool(await store.exists(path))
+        async for name in store.list_dir(path):
+            if _DIGITS.fullmatch(name) and await nested_below(f"{path}/{name}", depth - 1):
+                return True
+        return False
+
+    async def listed() -> str | None:
+        async for name in store.list_dir(prefix):
+            if flat_key.fullmatch(name):
+                return "."
+            if _DIGITS.fullmatch(name) and await nested_below(inside + name, ndim - 1):
+                return "/"
+        return None
+
     try:
         for index in (["0"] * ndim, last):
             if sync(store.exists(inside + ".".join(index))):
                 return "."
             if sync(store.exists(inside + "/".join(index))):
                 return "/"
+        # both corners empty (a bright object on a dark background, say)
+        return sync(listed())
     except Exception:  # a store that cannot tell (an HTTP server refusing, say)
         return None
-    return None
 
 
 def _nested_key_below(entry: os.DirEntry[str], depth: int) -> bool:
     """Whether the folder ``entry`` holds a path of ``depth`` more digit names ending in a
-    file: the rest of a nested chunk key."""
+    file (or a link to one, as git-annex checkouts hold): the rest of a nested chunk key."""
     try:
         if depth == 0:
-            return entry.is_file(follow_symlinks=False)
-        if not entry.is_dir(follow_symlinks=False):
+            return entry.is_file()
+        if not entry.is_dir():
             return False
         with os.scandir(entry.path) as inner:
-            return any(e.name.isdigit() and _nested_key_below(e, depth - 1) for e in inner)
+            return any(_DIGITS.fullmatch(e.name) and _nested_key_below(e, depth - 1) for e in inner)
     except OSError:
         return False
 

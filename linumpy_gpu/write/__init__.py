@@ -39,7 +39,6 @@ from linumpy_gpu.io.files import (
     check_replaceable,
     is_litter_or_ours,
     json_object,
-    read_array_document,
     refresh_consolidated,
     refusal_above,
     replace_refusal,
@@ -427,19 +426,27 @@ def _nodes_and_foreign(
         inner, _, name = key.rpartition("/")
         if name in ("zarr.json", ".zattrs", ".zgroup", ".zarray") and inner:
             named[inner] = f"{target}/{inner}" if target else inner
-    arrays = [
-        inner
-        for inner, node in named.items()
-        if f"{inner}/.zarray" in keys or (read(node, "zarr.json") or {}).get("node_type") == "array"
-    ]
+    listed = set(keys)
+    documents = {}  # array -> its metadata document, read once
+    for inner, node in named.items():
+        if f"{inner}/.zarray" in listed:
+            documents[inner] = read(node, ".zarray") or {}
+        elif (document := read(node, "zarr.json") or {}).get("node_type") == "array":
+            documents[inner] = document
     # an array inside another's folder is not one of the store's: its keys are foreign
-    arrays = [a for a in arrays if not any(a.startswith(f"{b}/") for b in arrays)]
-    chunk_keys = {a: ChunkKeys.of(read_array_document(read, named[a])) for a in arrays}
+    chunk_keys = {
+        a: ChunkKeys.of(document)
+        for a, document in documents.items()
+        if not any(a.startswith(f"{b}/") for b in documents)
+    }
     for key in keys:
         inner, _, name = key.rpartition("/")
         if is_litter_or_ours(name):
             continue
-        array = next((a for a in arrays if key.startswith(f"{a}/")), None)
+        parts = key.split("/")  # the array whose folder holds the key, if any
+        array = next(
+            (a for k in range(1, len(parts)) if (a := "/".join(parts[:k])) in chunk_keys), None
+        )
         if array is not None:
             within = key[len(array) + 1 :]
             if within in ("zarr.json", ".zarray", ".zattrs") or chunk_keys[array].chunk(within):

@@ -211,12 +211,26 @@ def test_old_v2_images_without_a_separator_read_their_nested_chunks(tmp_path):
     (flat / "0" / "2024" / "12").mkdir(parents=True)
     (flat / "0" / "2024" / "12" / "notes.txt").write_text("mine")
     np.testing.assert_array_equal(lg.open_ome_zarr(flat)[0].read(), data)
+    # a user's "2.0" among nested chunks is no flat key of this 5-D array
+    (nested / "0" / "2.0").write_text("mine")
+    with pytest.warns(lg.MetadataWarning, match="nested folders"):
+        np.testing.assert_array_equal(lg.open_ome_zarr(nested)[0].read(), data)
+    # chunks as links (a git-annex checkout) are chunks
+    annexed = _old_v2_image(tmp_path / "annexed.zarr", data, True)
+    for chunk in [p for p in (annexed / "0").rglob("*") if p.is_file() and p.name[0] != "."]:
+        target = tmp_path / "annex" / "_".join(chunk.relative_to(annexed).parts)
+        target.parent.mkdir(exist_ok=True)
+        chunk.rename(target)
+        chunk.symlink_to(target)
+    with pytest.warns(lg.MetadataWarning, match="nested folders"):
+        np.testing.assert_array_equal(lg.open_ome_zarr(annexed)[0].read(), data)
+    (nested / "0" / "2.0").unlink()
     # read, and replaced as the store it is (its nested chunks are its own)
     img = lg.write_ome_zarr(nested, data[0, 0], overwrite=True, levels=1)
     np.testing.assert_array_equal(img[0].read(), data[0, 0])
 
 
-@pytest.mark.parametrize("skip_first", [False, True])
+@pytest.mark.parametrize("skip_first", [False, True, "corners"])
 def test_old_v2_images_on_an_object_store_find_their_nested_chunks(skip_first):
     import fsspec
 
@@ -225,7 +239,12 @@ def test_old_v2_images_on_an_object_store_find_their_nested_chunks(skip_first):
     fs = fsspec.filesystem("memory")
     url = f"memory://old-nested-{skip_first}/img.zarr"
     with tempfile.TemporaryDirectory() as tmp:
-        local = _old_v2_image(Path(tmp) / "img.zarr", data, nested=True, skip_first=skip_first)
+        local = _old_v2_image(
+            Path(tmp) / "img.zarr", data, nested=True, skip_first=bool(skip_first)
+        )
+        if skip_first == "corners":  # the last chunk empty too: the folder is listed
+            data[..., 2:, 3:, 4:] = 0
+            (local / "0" / "0" / "0" / "1" / "1" / "1").unlink()
         fs.put(str(local), url.removeprefix("memory:/"), recursive=True)
     with pytest.warns(lg.MetadataWarning, match="nested folders"):
         img = lg.open_ome_zarr(url)

@@ -1221,6 +1221,7 @@ def test_what_an_interrupted_writer_leaves_does_not_block_a_replacement(store, l
         "0/2024",  # names like a chunk key of another encoding, or another rank
         "0/c.1.0.0",
         "0/c/0/0/9/9",
+        "0/c/\uff11/\uff12/\uff13",  # digits, but not ASCII ones: no chunk key
     ],
 )
 def test_user_data_in_a_store_blocks_a_replacement(store, tmp_path, hidden):
