@@ -352,7 +352,7 @@ def _local_nodes_below(folder: str, found: list[str]) -> Iterator[str]:
 def _foreign_in_array(array: str, found: list[str]) -> None:
     """Add to ``found`` what the array folder ``array`` holds that is neither its metadata,
     nor one of its chunks or shards (:class:`ChunkKeys`), nor litter."""
-    keys = ChunkKeys.of(read_array_document(local_document, array))
+    keys = ChunkKeys.of(_read_array_document(local_document, array))
 
     def walk(rel: str) -> None:
         try:
@@ -376,7 +376,7 @@ def _foreign_in_array(array: str, found: list[str]) -> None:
     walk("")
 
 
-def read_array_document(read: DocumentReader, node: str) -> dict[str, Any]:
+def _read_array_document(read: DocumentReader, node: str) -> dict[str, Any]:
     """The array metadata document of ``node`` (v3 ``zarr.json`` or v2 ``.zarray``)."""
     document = read(node, "zarr.json")
     if document and document.get("node_type") == "array":
@@ -639,16 +639,15 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
         # built in place; the build folder's own swap makes it appear whole
         yield target
         return
-    staging = os.path.join(
-        parent, f".{_stem(base)}.{_HOST}.{os.getpid()}-{uuid.uuid4().hex[:8]}{STAGING_SUFFIX}"
-    )
+    name = f".{_stem(base)}.{_HOST}.{os.getpid()}-{uuid.uuid4().hex[:8]}{STAGING_SUFFIX}"
+    staging = os.path.join(parent, name)
     try:
         os.makedirs(parent, exist_ok=True)
         restored = remove_stale_staging(parent, base)
-        _building.add(os.path.basename(staging))
+        _building.add(name)
         os.mkdir(staging)
     except OSError as exc:
-        _building.discard(os.path.basename(staging))
+        _building.discard(name)
         # named by the destination: the build folder is ours, not the user's
         kind = StorePermissionError if isinstance(exc, PermissionError) else StoreError
         reason = exc.strerror or str(exc)
@@ -657,11 +656,11 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
         raise kind(f"'{target}' cannot be created in '{parent}': {reason}") from exc
     except BaseException:  # interrupted once the folder may exist
         shutil.rmtree(staging, ignore_errors=True)
-        _building.discard(os.path.basename(staging))
+        _building.discard(name)
         raise
     if restored and not overwrite:
         os.rmdir(staging)
-        _building.discard(os.path.basename(staging))
+        _building.discard(name)
         raise StoreExistsError(
             f"'{target}' exists again: a replacement of it was interrupted, and the store it "
             "was replacing has been put back; pass overwrite=True to replace it"
@@ -686,10 +685,10 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
         shutil.rmtree(staging, ignore_errors=True)
         # (zarr's event loop may still write a file of the interrupted block, making the
         # folder again: once out of _building, the next write of the target removes it)
-        _building.discard(os.path.basename(staging))
+        _building.discard(name)
         raise
     shutil.rmtree(staging, ignore_errors=True)
-    _building.discard(os.path.basename(staging))
+    _building.discard(name)
     if os.path.lexists(staging):
         warnings.warn(
             f"'{target}' was replaced, but the store it replaced could not be removed "
