@@ -27,6 +27,7 @@ from linumpy_gpu.errors import (
     StoreNotFoundError,
     StorePermissionError,
 )
+from linumpy_gpu.io.files import json_object
 
 READ_MODES = ("r", "r+")
 
@@ -422,11 +423,7 @@ def nested_by_spec(array: Any, ngff_version: str | None) -> tuple[Any, bool]:
     prefix = array.store_path.path
     inside = f"{prefix}/" if prefix else ""
     raw = sync(array.store.get(inside + ".zarray", default_buffer_prototype()))
-    try:
-        document = json.loads(raw.to_bytes()) if raw is not None else {}
-    except ValueError:
-        return array, False
-    if not isinstance(document, dict) or "dimension_separator" in document:
+    if "dimension_separator" in json_object(raw.to_bytes() if raw is not None else b""):
         return array, False
     chunks = tuple(int(c) for c in meta.chunks)
     if _stored_separator(array.store, prefix, tuple(array.shape), chunks) != "/":
