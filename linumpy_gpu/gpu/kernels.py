@@ -375,6 +375,7 @@ FRAME_STATUS = {
     1: ("valid frame with content checksum", True),
     2: ("skippable frame", True),
     3: ("several concatenated frames", True),
+    4: ("more blocks than the device check takes (under 1 KiB each on average)", True),
     -1: ("empty or shorter than a zstd magic number", False),
     -2: ("bad zstd magic number", False),
     -3: ("reserved bit set in the frame header", False),
@@ -390,6 +391,7 @@ FRAME_STATUS = {
     -13: ("damaged literals section (header, Huffman table or stream)", False),
     -14: ("damaged sequence table description", False),
     -15: ("damaged sequences (a bitstream, literal run or match offset out of bounds)", False),
+    -16: ("window larger than 128 MiB in a frame that does not declare its size", False),
 }
 
 # status -> meaning, written by lz4_block_check

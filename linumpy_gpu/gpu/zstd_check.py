@@ -58,6 +58,13 @@ typedef long long i64;
 typedef unsigned short u16;
 
 #define ZC_BLOCK_MAX (128u * 1024u)
+/* The largest window libzstd decodes in a frame that does not declare its content size. */
+#define ZC_WINDOW_MAX_UNSIZED (1ull << 27)
+/* The most blocks the device check describes for a frame of `want` decoded bytes: blocks
+   averaging at least 1 KiB, and a few short ones. Each block costs device scratch, so a
+   frame of many empty blocks (a few bytes each) would otherwise claim scratch out of all
+   proportion to its chunk; such frames are decoded on the CPU instead. */
+#define ZC_BLOCKS_MAX(want) ((want) / 1024u + 16u)
 #define ZC_LITERALS_BAD (-13)
 #define ZC_TABLES_BAD (-14)
 #define ZC_SEQUENCES_BAD (-15)
@@ -745,6 +752,8 @@ LINUMPY_DEVICE int zc_frame_header(const u8* p, u64 size, u64 want, u64* pos, u6
         at += fcs_size;
         if (fcs != want) return -5;
         if (single_segment) window = fcs;
+    } else if (window > ZC_WINDOW_MAX_UNSIZED) {
+        return -16;   /* libzstd refuses it too: a CPU read would fail, so must a GPU one */
     }
     *pos = at;
     *block_max = window < ZC_BLOCK_MAX ? window : ZC_BLOCK_MAX;
@@ -849,6 +858,7 @@ LINUMPY_DEVICE u32 zc_frame_blocks(const u8* p, u64 size, u64 want) {
         u64 bsize;
         if (zc_block_header(p, size, block_max, &pos, &last, &type, &bsize) != 0) return count;
         count += 1;
+        if (count > ZC_BLOCKS_MAX(want)) return 0;
         pos += type == 1 ? 1 : bsize;
         if (last) return count;
     }
@@ -856,7 +866,7 @@ LINUMPY_DEVICE u32 zc_frame_blocks(const u8* p, u64 size, u64 want) {
 
 /* Walk one frame's headers and block headers, describing each block (with the tables in
    effect before it) in descs[0..cap), cap from zc_frame_blocks; returns the frame's
-   status as zc_frame does. */
+   status as zc_frame does, or 4 where the frame has more blocks than the check takes. */
 LINUMPY_DEVICE int zc_frame_walk(const u8* p, u64 size, u64 want, ZcBlockDesc* descs, u64 cap,
                                  u32* nblocks, u32* stored_checksum) {
     *stored_checksum = 0;
@@ -875,7 +885,7 @@ LINUMPY_DEVICE int zc_frame_walk(const u8* p, u64 size, u64 want, ZcBlockDesc* d
         u64 bsize;
         status = zc_block_header(p, size, block_max, &pos, &last, &type, &bsize);
         if (status != 0) return status;
-        if (count == cap) return -9;   /* not after zc_frame_blocks */
+        if (count == cap) return 4;   /* more blocks than ZC_BLOCKS_MAX */
         ZcBlockDesc* d = descs + count++;
         d->block = p + pos;
         d->size = bsize;

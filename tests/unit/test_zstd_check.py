@@ -82,15 +82,17 @@ def check(tmp_path_factory):
             ctypes.POINTER(ctypes.c_uint32),
         ]
 
-    def run(frame: bytes, want: int) -> int:
-        """The frame's status; the checks of blocks apart and of block parts apart (as the
-        GPU runs them) must agree with the frame-at-once one on whether the frame passes."""
+    def run(frame: bytes, want: int, device: bool = False) -> int:
+        """The frame's status (``device``: as the GPU's block-apart check gives it); the
+        checks of blocks apart and of block parts apart (as the GPU runs them) must agree
+        with the frame-at-once one on whether the frame passes."""
         stored = ctypes.c_uint32()
         whole = int(lib.check_frame(frame, len(frame), want, ctypes.byref(stored)))
         split = int(lib.check_frame_split(frame, len(frame), want, ctypes.byref(stored)))
         parts = int(lib.check_frame_parts(frame, len(frame), want, ctypes.byref(stored)))
         assert (whole >= 0) == (split >= 0) == (parts >= 0), (whole, split, parts)
-        return whole
+        assert split == parts, (split, parts)
+        return split if device else whole
 
     return run
 
@@ -177,3 +179,47 @@ def test_wrong_size_and_garbage_are_refused(check):
     for seed in range(20):
         garbage = frame[:6] + rng.integers(0, 256, 4096, dtype=np.uint8).tobytes()
         assert check(garbage, len(data)) < 0, seed
+
+
+def _raw_blocks_frame(data: bytes, empty_blocks: int, window_log: int | None = None) -> bytes:
+    """A frame of ``empty_blocks`` empty raw blocks, then one raw block of ``data`` (at most
+    255 bytes): with its content size, or (``window_log``) with only a window size."""
+    if window_log is None:
+        header = bytes([0x20, len(data)])  # single segment, one-byte content size
+    else:
+        header = bytes([0x00, (window_log - 10) << 3])  # window descriptor, no size
+    last = (len(data) << 3) | 1
+    return (
+        (0xFD2FB528).to_bytes(4, "little")
+        + header
+        + bytes(3) * empty_blocks
+        + last.to_bytes(3, "little")
+        + data
+    )
+
+
+def test_frames_of_many_tiny_blocks_go_to_the_cpu(check):
+    """Each block costs device scratch: a frame whose blocks average under 1 KiB (here
+    empty ones, three bytes each) is left to the CPU (status 4, which libzstd decodes);
+    a few empty blocks pass on the device."""
+    data = bytes(range(200))
+    few = _raw_blocks_frame(data, 10)
+    assert bytes(Zstd().decode(few)) == data
+    assert check(few, len(data), device=True) == 0
+    many = _raw_blocks_frame(data, 300_000)
+    assert bytes(Zstd().decode(many)) == data
+    assert check(many, len(data)) == 0  # the block-after-block check needs no scratch
+    assert check(many, len(data), device=True) == 4
+    assert FRAME_STATUS[4][1]  # decodable: the CPU decodes it
+
+
+def test_large_windows_without_a_content_size_are_refused_as_libzstd_refuses(check):
+    data = bytes(range(200))
+    fits = _raw_blocks_frame(data, 0, window_log=27)
+    assert bytes(Zstd().decode(fits)) == data
+    assert check(fits, len(data)) == 0
+    too_large = _raw_blocks_frame(data, 0, window_log=28)
+    with pytest.raises(RuntimeError):
+        Zstd().decode(too_large)
+    assert check(too_large, len(data)) == -16
+    assert check(too_large, len(data), device=True) == -16
