@@ -343,10 +343,40 @@ def _local_nodes_below(folder: str, found: list[str]) -> Iterator[str]:
             yield from _local_nodes_below(entry.path, found)
             continue
         yield entry.path
-        if _is_local_array(entry.path):
+        damaged = _damaged_metadata(entry.path)
+        if damaged is not None:
+            found.append(damaged)  # what lies below it cannot be told apart from a user's
+        elif _is_local_array(entry.path):
             _foreign_in_array(entry.path, found)
         else:
             yield from _local_nodes_below(entry.path, found)
+
+
+def _damaged_metadata(folder: str) -> str | None:
+    """The path of a zarr metadata document of ``folder`` that is no zarr node's (not JSON,
+    or no node type), or None."""
+    v3 = local_document(folder, "zarr.json")
+    if v3 is not None and v3.get("node_type") not in ("array", "group"):
+        return os.path.join(folder, "zarr.json")
+    for name in (".zarray", ".zgroup"):
+        if local_document(folder, name) == {}:
+            return os.path.join(folder, name)
+    return None
+
+
+def foreign_refusal(target: str, path: str) -> str:
+    """The message refusing to replace ``target``, which holds ``path``: a file that no
+    zarr node of it owns, or a metadata document that is no zarr node's."""
+    if os.path.basename(path) in _GROUP_FILES:
+        return (
+            f"'{target}' holds '{path}', which is not valid zarr metadata, so what lies beside "
+            "it cannot be told from files of yours; refusing to replace it: mend or remove "
+            "that folder yourself, or choose another path"
+        )
+    return (
+        f"'{target}' holds '{path}', which is not part of a zarr store; refusing to replace "
+        "it: move that out first, or choose another path"
+    )
 
 
 def _foreign_in_array(array: str, found: list[str]) -> None:
@@ -614,10 +644,7 @@ def check_replaceable(target: str, whole: bool = True) -> None:
             f"'{target}' {reason}; refusing to replace it: write the image to a path of its own"
         )
     if foreign:
-        raise StoreExistsError(
-            f"'{target}' holds '{foreign[0]}', which is not part of a zarr store; refusing to "
-            "replace it: move that out first, or choose another path"
-        )
+        raise StoreExistsError(foreign_refusal(target, foreign[0]))
     if not os.access(target, os.W_OK | os.X_OK):
         # a store made read-only is protected by its owner (and its files could not be
         # removed once it is swapped out)

@@ -424,6 +424,23 @@ def test_overwrite_never_deletes_files_beside_a_zarr_store(tmp_path, where, kind
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize(
+    ("document", "content"),
+    [("zarr.json", "{not json"), ("zarr.json", '{"zarr_format": 3}'), (".zarray", "[1, 2]")],
+)
+def test_a_level_with_damaged_metadata_is_named_not_its_chunks(tmp_path, document, content):
+    """Replacing an image whose level metadata is damaged is refused (its chunks cannot be
+    told from a user's files) with a message naming the damaged document."""
+    target = tmp_path / "img.ome.zarr"
+    lg.write_ome_zarr(target, volume(), levels=2)
+    (target / "1" / document).write_text(content)
+    before = snapshot(tmp_path)
+    with pytest.raises(lg.StoreExistsError, match="not valid zarr metadata") as info:
+        lg.write_ome_zarr(target, volume(), overwrite=True, levels=1)
+    assert str(target / "1" / document) in str(info.value)
+    assert snapshot(tmp_path) == before
+
+
 @pytest.mark.parametrize("where", ["local", "memory"])
 @pytest.mark.parametrize("inside", ["image", "level"])
 def test_a_new_image_inside_another_image_is_refused(tmp_path, where, inside):
