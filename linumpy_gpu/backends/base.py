@@ -122,6 +122,14 @@ class Backend(ABC):
     def finish(self) -> None:  # noqa: B027 (a hook: backends without queued work keep it)
         """Wait until all work queued for a read is done (nothing to wait for on the CPU)."""
 
+    def small_read_backend(
+        self, fmt: ChunkFormat, n_chunks: int, out_nbytes: int
+    ) -> Backend | None:
+        """A backend that reads a region of ``n_chunks`` chunks of ``fmt`` (``out_nbytes``
+        bytes) faster than this one, its result then copied into this one's memory
+        (None: this backend reads it; a device backend hands small reads to host cores)."""
+        return None
+
     def byte_source(self, store: Any) -> ByteSource | None:
         """A reader of ``store``'s bytes suited to this backend (None: the engine's own)."""
         return None

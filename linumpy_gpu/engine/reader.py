@@ -116,6 +116,7 @@ class ChunkedArrayReader:
         # where the source tells no versions: the layout as stored, to compare with later
         self._stored = self._stored_layout() if self._metadata_version is None else None
         self._lock = threading.Lock()
+        self._small_reader: ChunkedArrayReader | None = None
         self.last_profile: dict[str, float] = {}
         # stored bytes per decoded byte, learned from reads (sizes staging per batch): the
         # last batch's, which predicts the next batch of a read (its neighbours), and the
@@ -147,6 +148,9 @@ class ChunkedArrayReader:
             self.backend.check_out(out, sel.shape, layout.dtype)
         self._read_serial += 1
         self.check_unchanged()
+        small = self._small_read_reader(sel)
+        if small is not None:
+            return self._read_through(small, sel, out, progress, on_damaged)
 
         def attempt(tight: bool) -> Any:
             with translated_errors(self.name, "array"):
@@ -168,6 +172,39 @@ class ChunkedArrayReader:
         # another process) may have given some chunks of each: refused, never mixed
         self.check_unchanged()
         return result
+
+    def _small_read_reader(self, sel: Selection) -> ChunkedArrayReader | None:
+        """The reader of the backend that reads ``sel`` faster than this one (where the
+        backend names one for a read of its size), else None."""
+        layout, fmt = self.layout, self.layout.chunk
+        if layout.delegate_reason is not None or fmt is None or sel.size == 0:
+            return None
+        n_chunks = 1
+        for axis, size in zip(sel.axes, layout.chunk_shape, strict=True):
+            n_chunks *= (axis.stop - 1) // size - axis.start // size + 1
+        backend = self.backend.small_read_backend(fmt, n_chunks, sel.size * layout.dtype.itemsize)
+        if backend is None:
+            return None
+        with self._lock:
+            if self._small_reader is None or self._small_reader.backend is not backend:
+                with config.set(self.settings):
+                    self._small_reader = ChunkedArrayReader(
+                        self.array, backend, name=self.name, index_cache_size=self._index_cache_size
+                    )
+            return self._small_reader
+
+    def _read_through(
+        self, reader: ChunkedArrayReader, sel: Selection, out: Any, progress: Any, on_damaged: str
+    ) -> Any:
+        """``sel`` read by ``reader`` (another backend's), then copied into this backend's
+        memory (into ``out`` where given)."""
+        host = reader.read(sel, None, progress, on_damaged)
+        self.last_profile = {**reader.last_profile, "through": 1.0}
+        result = self.backend.from_any(host)
+        if out is None:
+            return result
+        out[...] = result
+        return out
 
     def _within_memory(self, attempt: Any, out_nbytes: int, whole_level: bool) -> Any:
         """``attempt(tight=False)``; where it runs out of memory midway (other work took

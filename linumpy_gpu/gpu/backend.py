@@ -64,6 +64,10 @@ WRITE_BATCH_BYTES = 768 << 20
 # in flight, so they may hold more than full-level reads: by default 1/16 of the device's
 # memory, at most this much, and never more than half of what is free when they start.
 REGION_SCRATCH_MAX = 8 << 30
+# Reads of at most this many bytes whose chunks the host cores would decode whole anyway
+# go through the CPU backend and one copy to the device: the device path's staging, kvikio
+# requests and events cost more than they save on a tile of a few chunks.
+SMALL_READ_BYTES = 8 << 20
 # Per-chunk tables a batch allocates on the device besides its buffer: frame-check metadata,
 # nvCOMP's pointer/size/status arrays, checksum verdicts and copy jobs (about 260 bytes,
 # each array rounded up to 512 by cupy's pool). A batch may still hold its tables while the
@@ -228,6 +232,19 @@ class GpuBackend(Backend, BatchMemory):
         if self._host is None or not gpu_decodable(fmt):
             return 0
         return self._host.share_of_read(fmt.nbytes, n_tasks)
+
+    def small_read_backend(
+        self, fmt: ChunkFormat, n_chunks: int, out_nbytes: int
+    ) -> Backend | None:
+        """The CPU backend for a small read that host cores would decode whole anyway
+        (zstd the host decodes sooner than one nvCOMP batch, or a codec nvCOMP lacks)."""
+        if self._host is None or out_nbytes > SMALL_READ_BYTES:
+            return None
+        if streams_on_gpu(fmt):
+            return None
+        if gpu_decodable(fmt) and not self._host.host_wins(fmt.nbytes, n_chunks):
+            return None
+        return self._cpu
 
     def scratch_pieces(
         self, fmt: ChunkFormat, n: int, n_direct: int, stored_fraction: float, n_host: int = 0

@@ -182,6 +182,15 @@ class HostDecoder:
             estimate = min(estimate, min(more))
         return estimate
 
+    def host_wins(self, nbytes: int, n_chunks: int) -> bool:
+        """Whether the pool decodes ``n_chunks`` chunks of ``nbytes`` sooner than one nvCOMP
+        batch, as measured so far (no retiming: see :meth:`share_of_read`)."""
+        if n_chunks <= 0 or not self.threads:
+            return False
+        if self._modelled_seconds(nbytes, n_chunks) > MAX_HOST_READ_SECONDS:
+            return False
+        return self.host_seconds(nbytes, n_chunks) < self.batch_seconds(nbytes, n_chunks)
+
     def share_of_read(self, nbytes: int, n_chunks: int) -> int:
         """How many of a read's ``n_chunks`` chunks go to the host: all of them when the
         host finishes them sooner than nvCOMP's batch would, else none; every

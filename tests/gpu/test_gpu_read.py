@@ -41,9 +41,12 @@ DECODERS = {"nvcomp": 0, "nvcomp+host": 2}
 
 
 def gpu_reader(arr, host_threads: int = 0, host_chunks: int | None = 3):
+    """A reader on the device path whatever the read's size (small reads are otherwise
+    handed to the CPU backend: see test_small_reads_go_through_the_cpu_backend)."""
     from linumpy_gpu.gpu.backend import GpuBackend
 
     backend = GpuBackend(0, host_threads=host_threads)
+    backend.small_read_backend = lambda fmt, n_chunks, out_nbytes: None
     if host_threads and host_chunks is not None:
         # a split of every batch: its last host_chunks chunks on host threads
         backend.host_chunks = lambda fmt, n_tasks: host_chunks
@@ -374,6 +377,7 @@ def test_small_reads_on_host_threads_large_ones_on_nvcomp(tmp_path, cp):
         tmp_path / "a.zarr", "v3-zstd", data, chunks=(32, 64, 64), missing_fraction=0
     )
     backend = GpuBackend(0, host_threads=2)
+    backend.small_read_backend = lambda fmt, n_chunks, out_nbytes: None  # the device path
     reader = ChunkedArrayReader(arr, backend)
     full = arr[...]
     # rates as a GPU host measures them (the test controls them)
@@ -508,6 +512,7 @@ def test_a_damaged_shard_index_with_chunks_placed_directly_and_on_host_threads(
     backend = GpuBackend(0, host_threads=2 if host_chunks else 0)
     if host_chunks:
         backend.host_chunks = lambda fmt, n: host_chunks  # type: ignore[method-assign]
+        backend.small_read_backend = lambda fmt, n, nbytes: None  # type: ignore[method-assign]
     reader = ChunkedArrayReader(array, backend, batch_bytes=64 << 10)
     with pytest.raises(lg.ChunkDecodeError, match="c/1/0/1"):
         reader.read()
@@ -515,3 +520,93 @@ def test_a_damaged_shard_index_with_chunks_placed_directly_and_on_host_threads(
         got = reader.read(on_damaged="fill").get()
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(reader.read((slice(0, 8),)).get(), data[:8])
+
+
+@pytest.mark.parametrize("variant", ["v3-zstd", "v3-gzip", "v3-sharded-zstd"])
+def test_small_reads_go_through_the_cpu_backend(tmp_path, cp, variant):
+    """A read of a few chunks that host cores decode anyway goes through the CPU backend
+    and one copy: cupy results equal to zarr-python's for every kind of region, into
+    ``out`` too; without host threads, the device path."""
+    from linumpy_gpu.gpu.backend import GpuBackend
+
+    data = volume(shape=(40, 64, 64))
+    arr = write_zarr_variant(tmp_path / "a.zarr", variant, data, missing_fraction=0.2)
+    reader = ChunkedArrayReader(arr, GpuBackend(0, host_threads=2))
+    full = arr[...]
+    for region in [*REGIONS, (slice(30, 3, -4), 7), (0, 0, 0)]:
+        got = reader.read(region)
+        assert isinstance(got, cp.ndarray)
+        np.testing.assert_array_equal(got.get(), full[region], err_msg=str(region))
+        assert reader.last_profile["through"] == 1.0
+    out = cp.zeros((5, 6), dtype=arr.dtype)
+    assert reader.read((2, slice(3, 8), slice(30, 36)), out=out) is out
+    np.testing.assert_array_equal(out.get(), full[2, 3:8, 30:36])
+
+    # no host threads: the device path
+    device_only = ChunkedArrayReader(arr, GpuBackend(0, host_threads=0))
+    np.testing.assert_array_equal(device_only.read(()).get(), full)
+    assert "through" not in device_only.last_profile
+
+
+def test_reads_above_the_small_read_size_stay_on_the_device(tmp_path, cp, monkeypatch):
+    from linumpy_gpu.gpu import backend as backend_module
+    from linumpy_gpu.gpu.backend import GpuBackend
+
+    data = volume(shape=(40, 64, 64))
+    arr = write_zarr_variant(tmp_path / "a.zarr", "v3-zstd", data, missing_fraction=0)
+    monkeypatch.setattr(backend_module, "SMALL_READ_BYTES", 1000)
+    reader = ChunkedArrayReader(arr, GpuBackend(0, host_threads=2))
+    np.testing.assert_array_equal(reader.read(()).get(), data)
+    assert "through" not in reader.last_profile
+    np.testing.assert_array_equal(reader.read((1, 2)).get(), data[1, 2])  # 128 bytes
+    assert reader.last_profile["through"] == 1.0
+
+    blosc = write_zarr_variant(tmp_path / "b.zarr", "v3-blosc-lz4-shuffle", data)
+    blosc_reader = ChunkedArrayReader(blosc, GpuBackend(0, host_threads=2))
+    np.testing.assert_array_equal(blosc_reader.read((1, 2)).get(), blosc[1, 2])
+    assert "through" not in blosc_reader.last_profile
+
+
+def test_a_damaged_chunk_in_a_small_read_is_named(tmp_path, cp):
+    from linumpy_gpu.gpu.backend import GpuBackend
+
+    data = volume(shape=(32, 32, 32))
+    write_zarr_variant(
+        tmp_path / "a.zarr", "v3-zstd-checksum", data, chunks=(8, 32, 32), missing_fraction=0
+    )
+    path = tmp_path / "a.zarr" / "c" / "1" / "0" / "0"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0x5A
+    path.write_bytes(bytes(raw))
+    arr = zarr.open_array(str(tmp_path / "a.zarr"))
+    reader = ChunkedArrayReader(arr, GpuBackend(0, host_threads=2))
+    with pytest.raises(lg.ChunkDecodeError, match="c/1/0/0"):
+        reader.read((slice(6, 12),))
+    with pytest.warns(lg.DamagedChunkWarning, match="1 damaged"):
+        got = reader.read((slice(6, 12),), on_damaged="fill").get()
+    assert reader.last_profile["through"] == 1.0
+    expected = data[6:12].copy()
+    expected[2:] = 7
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_zstd_frames_the_device_check_leaves_to_the_cpu(tmp_path, cp):
+    """A frame of 300,000 empty blocks decodes right (on the CPU, not with device scratch
+    per block); a frame with a window libzstd refuses is refused on the GPU as on the CPU."""
+    from linumpy_gpu.backends.cpu import CpuBackend
+    from linumpy_gpu.gpu.backend import GpuBackend
+    from tests.unit.test_zstd_check import _raw_blocks_frame
+
+    data = np.arange(400, dtype=np.uint8) % 251
+    arr = zarr.create_array(
+        str(tmp_path / "a.zarr"), shape=(400,), chunks=(200,), dtype="u1", fill_value=0
+    )
+    arr[...] = data
+    chunk = tmp_path / "a.zarr" / "c"
+    (chunk / "0").write_bytes(_raw_blocks_frame(data[:200].tobytes(), 300_000))
+    (chunk / "1").write_bytes(_raw_blocks_frame(data[200:].tobytes(), 0, window_log=28))
+    for backend in (GpuBackend(0, host_threads=0), CpuBackend()):
+        reader = ChunkedArrayReader(zarr.open_array(str(tmp_path / "a.zarr")), backend)
+        np.testing.assert_array_equal(cp.asnumpy(reader.read((slice(0, 200),))), data[:200])
+        with pytest.raises(lg.ChunkDecodeError, match="c/1"):
+            reader.read((slice(200, 400),))
