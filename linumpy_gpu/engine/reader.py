@@ -98,6 +98,7 @@ class ChunkedArrayReader:
         self.layout: ArrayLayout = layout_of(array, self.name)
         self.memory = backend.memory()
         self.settings = config.get()
+        self._given_source = source  # small reads handed to another backend use it too
         self.source = (
             source or backend.byte_source(array.store) or source_for(array.store, self.settings)
         )
@@ -146,11 +147,11 @@ class ChunkedArrayReader:
         sel = normalize_selection(index, layout.shape)
         if out is not None:
             self.backend.check_out(out, sel.shape, layout.dtype)
+        small = self._small_read_reader(sel)
+        if small is not None:  # which checks the store as this reader would
+            return self._read_through(small, sel, out, progress, on_damaged)
         self._read_serial += 1
         self.check_unchanged()
-        small = self._small_read_reader(sel)
-        if small is not None:
-            return self._read_through(small, sel, out, progress, on_damaged)
 
         def attempt(tight: bool) -> Any:
             with translated_errors(self.name, "array"):
@@ -181,17 +182,26 @@ class ChunkedArrayReader:
             return None
         n_chunks = 1
         for axis, size in zip(sel.axes, layout.chunk_shape, strict=True):
-            n_chunks *= (axis.stop - 1) // size - axis.start // size + 1
+            # with steps of a chunk or more each element lies in a chunk of its own
+            spanned = (axis.stop - 1) // size - axis.start // size + 1
+            n_chunks *= min(spanned, axis.count)
         backend = self.backend.small_read_backend(fmt, n_chunks, sel.size * layout.dtype.itemsize)
         if backend is None:
             return None
-        with self._lock:
-            if self._small_reader is None or self._small_reader.backend is not backend:
-                with config.set(self.settings):
-                    self._small_reader = ChunkedArrayReader(
-                        self.array, backend, name=self.name, index_cache_size=self._index_cache_size
-                    )
-            return self._small_reader
+        reader = self._small_reader
+        if reader is None or reader.backend is not backend:
+            with config.set(self.settings):
+                reader = ChunkedArrayReader(
+                    self.array,
+                    backend,
+                    name=self.name,
+                    source=self._given_source,
+                    batch_bytes=self.batch_bytes,
+                    index_cache_size=self._index_cache_size,
+                )
+            with self._lock:
+                self._small_reader = reader
+        return reader
 
     def _read_through(
         self, reader: ChunkedArrayReader, sel: Selection, out: Any, progress: Any, on_damaged: str
@@ -200,7 +210,12 @@ class ChunkedArrayReader:
         memory (into ``out`` where given)."""
         host = reader.read(sel, None, progress, on_damaged)
         self.last_profile = {**reader.last_profile, "through": 1.0}
-        result = self.backend.from_any(host)
+        try:
+            result = self.backend.from_any(host)
+        except MemoryError as exc:
+            if isinstance(exc, LinumpyGpuError):
+                raise
+            raise self.memory.memory_error(host.nbytes, host.nbytes) from exc
         if out is None:
             return result
         out[...] = result

@@ -236,13 +236,17 @@ class GpuBackend(Backend, BatchMemory):
     def small_read_backend(
         self, fmt: ChunkFormat, n_chunks: int, out_nbytes: int
     ) -> Backend | None:
-        """The CPU backend for a small read that host cores would decode whole anyway
-        (zstd the host decodes sooner than one nvCOMP batch, or a codec nvCOMP lacks)."""
-        if self._host is None or out_nbytes > SMALL_READ_BYTES:
+        """The CPU backend for a small read whose chunks host cores would decode anyway: zstd
+        they decode sooner than one nvCOMP batch (as :meth:`HostDecoder.share_of_read`
+        answers, retiming included), or chunks nvCOMP does not decode (uncompressed, gzip,
+        ...). Blosc and LZ4 stay on the device."""
+        if self._host is None or out_nbytes > SMALL_READ_BYTES or streams_on_gpu(fmt):
             return None
-        if streams_on_gpu(fmt):
-            return None
-        if gpu_decodable(fmt) and not self._host.host_wins(fmt.nbytes, n_chunks):
+        if not gpu_decodable(fmt):
+            return self._cpu
+        share = self._host.share_of_read(fmt.nbytes, n_chunks)
+        if share < n_chunks:
+            self._host.hold(fmt.nbytes, n_chunks, share)  # the device path's answer too
             return None
         return self._cpu
 

@@ -126,6 +126,7 @@ class HostDecoder:
         self.pool_seconds: dict[tuple[int, int], float] = {}
         self._decoding: set[DecodeTurn] = set()
         self._lost: dict[tuple[int, int], int] = {}  # reads the loser lost since last timed
+        self._held: dict[tuple[int, int], int] = {}  # (chunk bytes, chunks) -> share (hold)
         self._timed: dict[tuple[bool, int, int], int] = {}  # (on host, key): times learned
 
     @contextmanager
@@ -182,20 +183,16 @@ class HostDecoder:
             estimate = min(estimate, min(more))
         return estimate
 
-    def host_wins(self, nbytes: int, n_chunks: int) -> bool:
-        """Whether the pool decodes ``n_chunks`` chunks of ``nbytes`` sooner than one nvCOMP
-        batch, as measured so far (no retiming: see :meth:`share_of_read`)."""
-        if n_chunks <= 0 or not self.threads:
-            return False
-        if self._modelled_seconds(nbytes, n_chunks) > MAX_HOST_READ_SECONDS:
-            return False
-        return self.host_seconds(nbytes, n_chunks) < self.batch_seconds(nbytes, n_chunks)
-
     def share_of_read(self, nbytes: int, n_chunks: int) -> int:
         """How many of a read's ``n_chunks`` chunks go to the host: all of them when the
         host finishes them sooner than nvCOMP's batch would, else none; every
         RETIME_EVERY-th read of a size goes to the side that lost, if its measured time is
-        close enough to be worth timing again."""
+        close enough to be worth timing again. An answer :meth:`hold` kept for this read
+        size is given (once) instead."""
+        with self._lock:
+            held = self._held.pop((nbytes, n_chunks), None)
+        if held is not None:
+            return held
         if n_chunks <= 0 or not self.threads:
             return 0
         if self._modelled_seconds(nbytes, n_chunks) > MAX_HOST_READ_SECONDS:
@@ -215,6 +212,13 @@ class HostDecoder:
                 return winner
             self._lost[key] = 0
         return loser  # timed again
+
+    def hold(self, nbytes: int, n_chunks: int, share: int) -> None:
+        """Keep ``share``, the answer :meth:`share_of_read` just gave for a read before its
+        batches were planned, for the read's first batch: a read sent to nvCOMP to be timed
+        again is then timed there, not given to the host by a second answer."""
+        with self._lock:
+            self._held[(nbytes, n_chunks)] = share
 
     def learn_gpu(
         self, nbytes: int, n_chunks: int, seconds: float, turn: DecodeTurn | None = None

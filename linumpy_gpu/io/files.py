@@ -343,13 +343,15 @@ def _local_nodes_below(folder: str, found: list[str]) -> Iterator[str]:
             yield from _local_nodes_below(entry.path, found)
             continue
         yield entry.path
-        damaged = _damaged_metadata(entry.path)
-        if damaged is not None:
-            found.append(damaged)  # what lies below it cannot be told apart from a user's
-        elif _is_local_array(entry.path):
-            _foreign_in_array(entry.path, found)
+        inner: list[str] = []
+        if _is_local_array(entry.path):
+            _foreign_in_array(entry.path, inner)
         else:
-            yield from _local_nodes_below(entry.path, found)
+            yield from _local_nodes_below(entry.path, inner)
+        damaged = _damaged_metadata(entry.path) if inner else None
+        # files below a document that is no zarr node's (an array's chunks, unrecognised)
+        # are reported as that document, which is what needs mending
+        found.extend([damaged] if damaged is not None else inner)
 
 
 def _damaged_metadata(folder: str) -> str | None:
@@ -364,12 +366,13 @@ def _damaged_metadata(folder: str) -> str | None:
     return None
 
 
-def foreign_refusal(target: str, path: str) -> str:
+def _foreign_refusal(target: str, path: str) -> str:
     """The message refusing to replace ``target``, which holds ``path``: a file that no
-    zarr node of it owns, or a metadata document that is no zarr node's."""
-    if os.path.basename(path) in _GROUP_FILES:
+    zarr node of it owns, or (:func:`_damaged_metadata`) a metadata document that is no
+    zarr node's, above such files."""
+    if os.path.basename(path) in _GROUP_FILES and _damaged_metadata(os.path.dirname(path)):
         return (
-            f"'{target}' holds '{path}', which is not valid zarr metadata, so what lies beside "
+            f"'{target}' holds '{path}', which is not valid zarr metadata, so the files below "
             "it cannot be told from files of yours; refusing to replace it: mend or remove "
             "that folder yourself, or choose another path"
         )
@@ -644,7 +647,7 @@ def check_replaceable(target: str, whole: bool = True) -> None:
             f"'{target}' {reason}; refusing to replace it: write the image to a path of its own"
         )
     if foreign:
-        raise StoreExistsError(foreign_refusal(target, foreign[0]))
+        raise StoreExistsError(_foreign_refusal(target, foreign[0]))
     if not os.access(target, os.W_OK | os.X_OK):
         # a store made read-only is protected by its owner (and its files could not be
         # removed once it is swapped out)

@@ -424,21 +424,40 @@ def test_overwrite_never_deletes_files_beside_a_zarr_store(tmp_path, where, kind
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize(
-    ("document", "content"),
-    [("zarr.json", "{not json"), ("zarr.json", '{"zarr_format": 3}'), (".zarray", "[1, 2]")],
-)
-def test_a_level_with_damaged_metadata_is_named_not_its_chunks(tmp_path, document, content):
+@pytest.mark.parametrize("content", ["{not json", '{"zarr_format": 3}', "[1, 2]"])
+def test_a_level_with_damaged_metadata_is_named_not_its_chunks(tmp_path, content):
     """Replacing an image whose level metadata is damaged is refused (its chunks cannot be
     told from a user's files) with a message naming the damaged document."""
     target = tmp_path / "img.ome.zarr"
-    lg.write_ome_zarr(target, volume(), levels=2)
-    (target / "1" / document).write_text(content)
+    lg.write_ome_zarr(target, volume(), levels=1)
+    (target / "0" / "zarr.json").write_text(content)
     before = snapshot(tmp_path)
     with pytest.raises(lg.StoreExistsError, match="not valid zarr metadata") as info:
         lg.write_ome_zarr(target, volume(), overwrite=True, levels=1)
-    assert str(target / "1" / document) in str(info.value)
+    assert str(target / "0" / "zarr.json") in str(info.value)
     assert snapshot(tmp_path) == before
+
+
+def test_a_group_with_damaged_metadata_over_sound_nodes_is_replaced(tmp_path):
+    """Only where files below a damaged document cannot be told from a user's is it named:
+    a labels group whose zarr.json lost its node type, over a sound label image, is
+    replaced with the image."""
+    target = tmp_path / "img.ome.zarr"
+    lg.write_ome_zarr(target, volume(), levels=1)
+    lg.write_labels(target, "cells", (volume() % 3).astype("u1"))
+    (target / "labels" / "zarr.json").write_text('{"zarr_format": 3}')
+    lg.write_ome_zarr(target, volume() + 1, overwrite=True, levels=1)
+    np.testing.assert_array_equal(lg.open_ome_zarr(target)[0][...], volume() + 1)
+
+
+def test_a_sound_zarr_json_among_chunks_is_a_foreign_file(tmp_path):
+    target = tmp_path / "img.ome.zarr"
+    lg.write_ome_zarr(target, volume(), levels=1)
+    stray = target / "0" / "c" / "zarr.json"
+    stray.write_text('{"zarr_format": 3, "node_type": "group", "attributes": {}}')
+    with pytest.raises(lg.StoreExistsError, match="not part of a zarr store"):
+        lg.write_ome_zarr(target, volume(), overwrite=True, levels=1)
+    assert stray.exists()
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])

@@ -250,18 +250,16 @@ def test_a_side_timed_only_a_few_times_is_timed_again_however_far_behind():
     assert decoder.batch_seconds(size, n) < 0.045
 
 
-def test_host_wins_tells_the_share_without_counting_a_read():
-    """``host_wins`` answers what ``share_of_read`` would give the host, without moving the
-    retiming counters (the engine asks it to route small reads before any batch)."""
+def test_a_held_answer_is_given_once_without_counting_a_read():
+    """The engine asks before a read is planned whether it goes to the host; a read sent to
+    nvCOMP to be timed again must get that answer for its batch too."""
     decoder = HostDecoder(0, 14)
     decoder.thread_rate = 0.45e9
     for _ in range(31):
         decoder.learn_gpu(4 * MiB, 1024, 0.040)
-    assert decoder.host_wins(4 * MiB, 27)
-    assert not decoder.host_wins(4 * MiB, 57)
-    assert not decoder.host_wins(4 * MiB, 0)
-    assert not HostDecoder(0, 0).host_wins(4 * MiB, 1)
+    assert decoder.share_of_read(4 * MiB, 27) == 27
     lost = dict(decoder._lost)
-    for _ in range(40):
-        decoder.host_wins(4 * MiB, 27)
+    decoder.hold(4 * MiB, 27, 0)
+    assert decoder.share_of_read(4 * MiB, 27) == 0  # the held answer, once
     assert decoder._lost == lost
+    assert decoder.share_of_read(4 * MiB, 27) == 27

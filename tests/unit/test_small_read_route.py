@@ -79,7 +79,8 @@ def test_chunks_counted_per_axis(array):
     reader = ChunkedArrayReader(array, backend)
     reader.read((slice(8, 17), slice(0, 25), slice(6, 7)))
     reader.read((slice(0, 23, 9), 4, slice(None, None, -1)))
-    assert backend.asked == [(6, 9 * 25 * 1 * 2), (3 * 1 * 6, 3 * 1 * 41 * 2)]
+    reader.read((0, 0, slice(None, None, 14)))  # x 0, 14, 28: three chunks of the five spanned
+    assert backend.asked == [(6, 9 * 25 * 1 * 2), (3 * 1 * 6, 3 * 1 * 41 * 2), (3, 3 * 2)]
 
 
 def test_handed_read_fills_out(array):
@@ -97,3 +98,13 @@ def test_handed_reads_keep_the_readers_settings(array):
         reader.read((0, 0))
     assert reader._small_reader is not None
     assert reader._small_reader.settings.io_threads == 3
+
+
+def test_handed_reads_use_the_source_the_reader_was_given(array):
+    from linumpy_gpu.io.sources import source_for
+
+    given = source_for(array.store, config.get())
+    reader = ChunkedArrayReader(array, HandsSmallReads(Counting(), limit=1 << 30), source=given)
+    np.testing.assert_array_equal(reader.read((0, 0)), array[0, 0])
+    assert reader._small_reader is not None
+    assert reader._small_reader.source is given
