@@ -340,6 +340,9 @@ class MultiscaleImage:
             current = tuple(
                 slice(s.start // f, -(-s.stop // f)) for s, f in zip(current, factors, strict=True)
             )
+        # every level's writer first: a level that cannot be written (another writer's
+        # codec, a read-only store) refuses before any level has changed
+        writers = [coarser._writer() for _, coarser, _, _ in steps]
         bar = None
         if progress and steps:
             total = sum(
@@ -354,10 +357,8 @@ class MultiscaleImage:
             )
             bar = progress_bar(True, f"updating {self.name or 'pyramid'}", total=total)
         try:
-            for finer, coarser, factors, where in steps:
-                update_level(
-                    finer.zarr_array, coarser._writer(), factors, method, self.backend, where, bar
-                )
+            for (finer, _, factors, where), writer in zip(steps, writers, strict=True):
+                update_level(finer.zarr_array, writer, factors, method, self.backend, where, bar)
         finally:
             if bar is not None:
                 bar.close()

@@ -25,7 +25,9 @@ from linumpy_gpu.backends import resolve_backend
 from linumpy_gpu.engine.pyramid import LABEL_METHODS
 from linumpy_gpu.errors import (
     InvalidArgumentError,
+    InvalidMetadataError,
     LinumpyGpuWarning,
+    NotOmeZarrError,
     StoreExistsError,
     UnsupportedWriteError,
     WriteError,
@@ -169,6 +171,23 @@ def write_ome_zarr(
     return open_image(location.store, device=backend)
 
 
+def _listed_labels(store: Any, path: str, where: str) -> list[str]:
+    """The names the labels group at ``path`` lists ([] where there is none yet); raises
+    :class:`NotOmeZarrError` where ``path`` holds an array, :class:`InvalidMetadataError`
+    where its listing is not a list of names."""
+    try:
+        node = zarr.open(store=store, path=path, mode="r")
+    except FileNotFoundError:  # zarr's NodeNotFoundError among them
+        return []
+    if not isinstance(node, zarr.Group):
+        raise NotOmeZarrError(where, "labels", "a zarr group listing label images", "an array")
+    block, _ = ngff.ome_block(dict(node.attrs), node.metadata.zarr_format)
+    names = block.get("labels", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InvalidMetadataError(where, "labels", "a list of label image names", names)
+    return names
+
+
 def write_labels(
     image: Any,
     name: str,
@@ -248,6 +267,8 @@ def write_labels(
     zarr_format = zarr_format_of(parent.version)
     store, prefix = parent.group.store, parent.group.path
     labels_path = f"{prefix}/labels" if prefix else "labels"
+    with translated_errors(f"{parent.path}/labels"):
+        _listed_labels(store, labels_path, f"{parent.path}/labels")  # before anything is written
     root = getattr(store, "root", None)
     where = f"{parent.path}/labels/{name}"
     if type(store).__name__ == "ZipStore":
@@ -277,12 +298,12 @@ def write_labels(
         else contextlib.nullcontext()
     )
     with listing, translated_errors(f"{parent.path}/labels"):
+        listed = _listed_labels(store, labels_path, f"{parent.path}/labels")
         labels_group = zarr.open_group(
             store=store, path=labels_path, mode="a", zarr_format=zarr_format
         )
         attributes = dict(labels_group.attrs)
-        block, _ = ngff.ome_block(attributes, labels_group.metadata.zarr_format)
-        names = [n for n in block.get("labels", []) if n != name] + [name]
+        names = [n for n in listed if n != name] + [name]
         # the group's other attributes (the user's, other tools') stay as they were
         for key, value in build.wrap(parent.version, {"labels": names}).items():
             kept = attributes.get(key)

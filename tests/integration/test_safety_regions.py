@@ -148,6 +148,43 @@ def test_update_pyramid_refuses_levels_made_by_a_method_it_does_not_compute(tmp_
     np.testing.assert_array_equal(img[1][...], before)
 
 
+def test_update_pyramid_refuses_before_changing_any_level_where_one_cannot_be_written(
+    tmp_path,
+):
+    """Level 2 in gzip (another writer's): update_pyramid refuses before level 1 changes,
+    so the pyramid is never left half updated."""
+    group = zarr.open_group(str(tmp_path / "g.zarr"), mode="w", zarr_format=3)
+    data = np.random.default_rng(0).integers(0, 4000, (8, 64, 64), dtype="u2")
+    datasets = []
+    level = data
+    for i in range(3):
+        codec = zarr.codecs.GzipCodec() if i == 2 else zarr.codecs.ZstdCodec()
+        shift = (2.0**i - 1) / 2
+        array = group.create_array(
+            str(i), shape=level.shape, dtype="u2", chunks=(8, 16, 16), compressors=codec
+        )
+        array[...] = level
+        datasets.append(
+            {
+                "path": str(i),
+                "coordinateTransformations": [
+                    {"type": "scale", "scale": [1.0, 2.0**i, 2.0**i]},
+                    {"type": "translation", "translation": [0.0, shift, shift]},
+                ],
+            }
+        )
+        level = level[:, ::2, ::2]
+    axes = [{"name": n, "type": "space"} for n in "zyx"]
+    group.attrs["ome"] = {"version": "0.5", "multiscales": [{"axes": axes, "datasets": datasets}]}
+    img = lg.open_ome_zarr(tmp_path / "g.zarr", mode="r+")
+    img[0][:, 0:32, 0:32] = np.zeros((8, 32, 32), "u2")
+    before = [img[1][...], img[2][...]]
+    with pytest.raises(lg.UnsupportedWriteError, match="gzip"):
+        img.update_pyramid((slice(None), slice(0, 32), slice(0, 32)))
+    np.testing.assert_array_equal(img[1][...], before[0])
+    np.testing.assert_array_equal(img[2][...], before[1])
+
+
 def test_float_levels_updated_by_regions_equal_a_fresh_write(tmp_path):
     """float64 means of a level whose shape the factors do not divide: updated region by
     region, they round as the fresh write of the whole volume does, bit for bit."""

@@ -129,6 +129,35 @@ def test_bad_label_metadata_is_refused_before_writing(tmp_path, kwargs, match):
     assert not (tmp_path / "img.zarr" / "labels").exists()
 
 
+def _files_below(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_labels_are_not_written_into_an_array_named_labels(tmp_path):
+    """An image whose ``labels`` is an array gets a typed error before anything is written
+    (not a label image inside the array's folder)."""
+    write_ome_zarr(tmp_path / "img.zarr", np.zeros((4, 8, 8), "u2"))
+    zarr.open_array(str(tmp_path / "img.zarr" / "labels"), mode="w", shape=(3,), dtype="u1")
+    before = _files_below(tmp_path / "img.zarr")
+    with pytest.raises(lg.NotOmeZarrError, match="labels"):
+        lg.write_labels(tmp_path / "img.zarr", "cells", np.zeros((4, 8, 8), "u1"))
+    assert _files_below(tmp_path / "img.zarr") == before
+
+
+@pytest.mark.parametrize("listing", ["cells", [1, 2], {"cells": 1}])
+def test_a_labels_listing_that_is_not_a_list_of_names_is_refused(tmp_path, listing):
+    img = write_ome_zarr(tmp_path / "img.zarr", np.zeros((4, 8, 8), "u2"))
+    lg.write_labels(img, "cells", np.zeros((4, 8, 8), "u1"))
+    group = zarr.open_group(str(tmp_path / "img.zarr" / "labels"), mode="r+")
+    ome = dict(group.attrs["ome"])
+    ome["labels"] = listing
+    group.attrs["ome"] = ome
+    before = _files_below(tmp_path / "img.zarr")
+    with pytest.raises(lg.InvalidMetadataError, match="label image names"):
+        lg.write_labels(tmp_path / "img.zarr", "nuclei", np.zeros((4, 8, 8), "u1"))
+    assert _files_below(tmp_path / "img.zarr") == before
+
+
 def test_label_metadata_from_numpy_measurements_is_written_as_json_numbers(tmp_path):
     img = write_ome_zarr(tmp_path / "img.zarr", np.zeros((4, 8, 8), "u2"))
     seg = np.zeros((4, 8, 8), "u1")
