@@ -819,6 +819,18 @@ def _convert_into(
             "from level 0 instead of copied"
         )
         copy = False
+    unreduced = [
+        image.path for image in [src, *(label for _, label in labels)] if not _reduces(image)
+    ]
+    if copy and unreduced:
+        # copied as they are, levels whose shapes contradict their scales (a level larger
+        # than the one before, level 0 listed again) would make an image that is not a
+        # pyramid, and a level that claims a huge shape would be copied block by block
+        _note(
+            f"{', '.join(unreduced)}: lower levels that are not reductions of the level "
+            "before; they are computed from level 0 instead of copied"
+        )
+        copy = False
     levels: int | list[tuple[int, ...]] = 1
     method = _pyramid_method(src)
     if not copy:
@@ -1073,18 +1085,35 @@ def _channels_for(src: MultiscaleImage, version: str) -> list[Any] | None:
     return channels
 
 
+def _reduces(image: MultiscaleImage) -> bool:
+    """Whether each level of ``image`` is a whole-factor reduction of the level before."""
+    from linumpy_gpu.errors import WriteError
+
+    try:
+        image.reduction_factors("convert")
+    except WriteError:
+        return False
+    return True
+
+
 def _source_factors(src: MultiscaleImage) -> list[tuple[int, ...]]:
     """The source pyramid's factors, to compute the same pyramid again; for levels that
-    are not whole-factor reductions, the nearest whole factors, with a note."""
+    are not whole-factor reductions, the nearest whole factors, with a note: those of the
+    scales where the image is placed by them (a level's shape may be what is wrong),
+    else of the shapes."""
     from linumpy_gpu.errors import WriteError
 
     try:
         return src.reduction_factors("convert")
     except WriteError:
-        factors = [
-            tuple(max(1, round(a / b)) for a, b in zip(f.shape, c.shape, strict=True))
-            for f, c in zip(src.levels, src.levels[1:], strict=False)
-        ]
+        factors = []
+        for i in range(1, len(src.levels)):
+            pairs = zip(src.levels[i - 1].shape, src.levels[i].shape, strict=True)
+            ratios = [max(1.0, a / b) if b else 1.0 for a, b in pairs]
+            if src.exact:
+                scales = zip(src.scale(i - 1), src.scale(i), strict=True)
+                ratios = [max(1.0, b / a) if a > 0 else 1.0 for a, b in scales]
+            factors.append(tuple(max(1, round(r)) for r in ratios))
         _note(
             f"'{src.path}': its levels are not whole-factor reductions of each other; the "
             f"pyramid is computed with the nearest whole factors {factors}"

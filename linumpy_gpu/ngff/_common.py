@@ -326,11 +326,12 @@ def dataset_entries(
             raise InvalidMetadataError(
                 where, f"{field}.path", "a non-empty path inside the image's group", ds
             )
-        if path in seen:
+        node = path.strip("/")  # as zarr resolves it: '0', '0/' and '/0' are one node
+        if node in seen:
             raise InvalidMetadataError(
                 where, f"{field}.path", "a path no other level of the pyramid uses", path
             )
-        seen.add(path)
+        seen.add(node)
         out.append((field, ds, path))
     return out
 

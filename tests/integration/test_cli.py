@@ -588,6 +588,27 @@ def test_convert_names_the_label_levels_it_leaves_out(tmp_path, capsys):
     assert len(lg.open_ome_zarr(dst).labels["cells"].levels) == 2
 
 
+@pytest.mark.parametrize("shape", [[16, 64, 64], [2**40, 2**40, 2**40]])
+def test_convert_computes_levels_that_are_no_reductions_instead_of_copying_them(
+    tmp_path, capsys, shape
+):
+    """A level larger than the one before (here as its metadata claims) is not copied: the
+    pyramid is computed from level 0, with a note, and the result is a valid pyramid."""
+    src = tmp_path / "src.zarr"
+    data = _volume((16, 32, 32))
+    lg.write_ome_zarr(src, data, axes="zyx", levels=2)
+    meta = json.loads((src / "1" / "zarr.json").read_text())
+    meta["shape"] = shape
+    (src / "1" / "zarr.json").write_text(json.dumps(meta))
+    dst = tmp_path / "dst.zarr"
+    assert main(["convert", str(src), str(dst), "--shards", "none"]) == 0
+    assert "computed from level 0" in capsys.readouterr().err
+    out = lg.open_ome_zarr(dst)
+    np.testing.assert_array_equal(out[0][...], data)
+    assert out[1].shape == (8, 16, 16)  # as the source's scales say
+    assert main(["validate", str(dst)]) == 0
+
+
 def test_convert_never_overwrites_without_overwrite(image_path, tmp_path, capsys):
     dst = tmp_path / "existing.zarr"
     lg.write_ome_zarr(dst, _volume((4, 8, 8)), axes="zyx")

@@ -132,6 +132,19 @@ def test_invalid_multiscales_name_the_field(change, field):
     assert "/data/x.zarr" in str(err) and field in str(err)
 
 
+@pytest.mark.parametrize("alias", ["0", "0/", "/0", "//0/"])
+def test_two_levels_naming_one_node_are_refused(alias):
+    """zarr resolves '0/' and '/0' to the node '0': a second level there would read level
+    0's data under another scale."""
+    transforms = [{"type": "scale", "scale": [1, 1, 1]}]
+    datasets = [
+        {"path": "0", "coordinateTransformations": transforms},
+        {"path": alias, "coordinateTransformations": [{"type": "scale", "scale": [1, 2, 2]}]},
+    ]
+    with pytest.raises(InvalidMetadataError, match="no other level"):
+        parse_multiscales(_ms(datasets=datasets), None, "/data/x.zarr")
+
+
 def test_unknown_unit_warns():
     block = _ms(
         axes=[
