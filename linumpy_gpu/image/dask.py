@@ -33,7 +33,7 @@ from linumpy_gpu import config
 from linumpy_gpu.backends import Backend, resolve_backend
 from linumpy_gpu.core.types import NDArray
 from linumpy_gpu.engine import ChunkedArrayReader
-from linumpy_gpu.errors import InvalidArgumentError, StoreError, portable
+from linumpy_gpu.errors import HostMemoryError, InvalidArgumentError, StoreError, portable
 from linumpy_gpu.io.stores import locate, translated_errors, with_separator
 
 if TYPE_CHECKING:
@@ -453,7 +453,19 @@ def level_to_dask(level: Level, chunks: Any = None) -> dask.array.Array:
     import dask.array as da
     from dask.base import tokenize
 
-    blocks = dask_chunks(level, chunks)
+    try:
+        return _level_graph(level, dask_chunks(level, chunks), da, tokenize)
+    except MemoryError as exc:
+        if isinstance(exc, HostMemoryError):
+            raise
+        raise HostMemoryError(
+            f"'{level.path}' of shape {level.shape} in blocks of {chunks or 'its storage units'} "
+            "makes more dask tasks than fit in memory: pass larger chunks (a size such as "
+            "'1GiB'), or read a region of the level"
+        ) from exc
+
+
+def _level_graph(level: Level, blocks: Any, da: Any, tokenize: Any) -> dask.array.Array:
     source = level_source(level)
     meta = level._reader.backend.xp.empty((0,) * level.ndim, dtype=level.dtype)
     token = tokenize(

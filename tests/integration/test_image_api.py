@@ -95,6 +95,20 @@ def test_to_dask_equals_direct_read(sample):
     assert float(d.mean().compute()) == pytest.approx(float(img[0][:].mean()))
 
 
+def test_to_dask_of_a_level_with_more_blocks_than_fit_in_memory_says_so(tmp_path):
+    """A level whose metadata claims a shape of 2**40 per axis: a typed error (as read()
+    gives), not dask's bare MemoryError while it lists the blocks."""
+    import json
+
+    lg.write_ome_zarr(tmp_path / "i.zarr", np.zeros((8, 16, 16), "u2"), levels=1)
+    meta = json.loads((tmp_path / "i.zarr" / "0" / "zarr.json").read_text())
+    meta["shape"] = [2**40] * 3
+    (tmp_path / "i.zarr" / "0" / "zarr.json").write_text(json.dumps(meta))
+    level = lg.open_ome_zarr(tmp_path / "i.zarr")[0]
+    with pytest.raises(lg.HostMemoryError, match="larger chunks"):
+        level.to_dask()
+
+
 def test_progress_bar_read(sample, capsys):
     img = lg.open_ome_zarr(sample)
     np.testing.assert_array_equal(img[0].read(progress=True), img[0][:])
