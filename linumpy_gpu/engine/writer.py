@@ -59,9 +59,13 @@ class ChunkedArrayWriter:
         self.layout: ArrayLayout = layout_of(array, self.name)
         fmt = self.layout.chunk
         if fmt is None or [c.name for c in fmt.codecs] not in ([], ["zstd"]):
+            uses = (
+                f"uses {list(self.layout.codec_names)}"
+                if self.layout.codec_names
+                else f"is not one: {self.layout.delegate_reason}"
+            )
             raise UnsupportedWriteError(
-                f"{self.name}: linumpy_gpu writes zstd or uncompressed chunks; this array "
-                f"uses {list(self.layout.codec_names) or self.layout.delegate_reason}"
+                f"{self.name}: linumpy_gpu writes zstd or uncompressed chunks; this array {uses}"
             )
         if fmt.transpose is not None or fmt.order != "C" or fmt.needs_byteswap:
             raise UnsupportedWriteError(f"{self.name}: only C-order, native-endian chunks")
