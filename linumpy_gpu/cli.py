@@ -121,6 +121,12 @@ def _parser() -> argparse.ArgumentParser:
         help="number of pyramid levels (default: as many as the source has)",
     )
     convert.add_argument(
+        "--scale-translation-only",
+        action="store_true",
+        help="convert an image placed by more than a scale and a translation (an affine, "
+        "a rotation: NGFF 0.6) keeping only those two; without it such an image is refused",
+    )
+    convert.add_argument(
         "--pyramid",
         choices=("copy", "recompute"),
         default="copy",
@@ -750,6 +756,15 @@ def _convert(args: argparse.Namespace) -> int:
             f"'{args.src}' is a label image: convert the image it belongs to"
         )
     if not src.meta.exact:
+        if not args.scale_translation_only:
+            # the new image would place every voxel elsewhere (a rotation, a shear, a
+            # displacement field dropped), while reading as exactly placed
+            raise UnsupportedWriteError(
+                f"'{src.path}' places its levels by more than a scale and a translation, "
+                "which NGFF 0.4 and 0.5 cannot hold; pass --scale-translation-only to "
+                "convert it with only its scale and translation (its voxels then lie "
+                "elsewhere in space)"
+            )
         _note(
             f"'{src.path}' places its levels by more than a scale and a translation; only "
             "the scale and translation are carried over"

@@ -609,6 +609,31 @@ def test_convert_computes_levels_that_are_no_reductions_instead_of_copying_them(
     assert main(["validate", str(dst)]) == 0
 
 
+def test_convert_refuses_an_affine_placement_unless_asked_to_drop_it(tmp_path, capsys):
+    """NGFF 0.5 holds no rotation: converting an image placed by one would put its voxels
+    elsewhere while reading as exactly placed."""
+    src = tmp_path / "rot.zarr"
+    lg.write_ome_zarr(src, _volume((8, 32, 32)), axes="zyx", levels=1, version="0.6")
+    meta = json.loads((src / "zarr.json").read_text())
+    rotation = [[2, 0, 0, 10], [0, 0.4, -0.3, 0], [0, 0.3, 0.4, 0]]
+    meta["attributes"]["ome"]["multiscales"][0]["datasets"][0]["coordinateTransformations"] = [
+        {
+            "type": "affine",
+            "affine": rotation,
+            "input": {"path": "0"},
+            "output": {"name": "physical"},
+        }
+    ]
+    (src / "zarr.json").write_text(json.dumps(meta))
+    dst = tmp_path / "dst.zarr"
+    assert main(["convert", str(src), str(dst)]) == 2
+    assert "--scale-translation-only" in capsys.readouterr().err
+    assert not dst.exists()
+    assert main(["convert", str(src), str(dst), "--scale-translation-only"]) == 0
+    assert "only the scale and translation" in capsys.readouterr().err
+    np.testing.assert_array_equal(lg.open_ome_zarr(dst)[0][...], _volume((8, 32, 32)))
+
+
 def test_convert_never_overwrites_without_overwrite(image_path, tmp_path, capsys):
     dst = tmp_path / "existing.zarr"
     lg.write_ome_zarr(dst, _volume((4, 8, 8)), axes="zyx")
