@@ -1123,11 +1123,12 @@ def _source_factors(src: MultiscaleImage) -> list[tuple[int, ...]]:
     except WriteError:
         factors = []
         for i in range(1, len(src.levels)):
-            pairs = zip(src.levels[i - 1].shape, src.levels[i].shape, strict=True)
-            ratios = [max(1.0, a / b) if b else 1.0 for a, b in pairs]
             if src.exact:
                 scales = zip(src.scale(i - 1), src.scale(i), strict=True)
-                ratios = [max(1.0, b / a) if a > 0 else 1.0 for a, b in scales]
+                ratios = [b / a if a > 0 else 1.0 for a, b in scales]
+            else:
+                shapes = zip(src.levels[i - 1].shape, src.levels[i].shape, strict=True)
+                ratios = [a / b if b else 1.0 for a, b in shapes]
             factors.append(tuple(max(1, round(r)) for r in ratios))
         _note(
             f"'{src.path}': its levels are not whole-factor reductions of each other; the "

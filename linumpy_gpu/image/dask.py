@@ -450,11 +450,8 @@ def level_to_dask(level: Level, chunks: Any = None) -> dask.array.Array:
     """A dask array over ``level`` whose tasks are small picklable reads (see the module
     docs). ``chunks`` (see :func:`dask_chunks`) defaults to the shard (or chunk) shape, so
     every block is a whole number of storage units and no unit is read twice."""
-    import dask.array as da
-    from dask.base import tokenize
-
     try:
-        return _level_graph(level, dask_chunks(level, chunks), da, tokenize)
+        return _level_graph(level, dask_chunks(level, chunks))
     except MemoryError as exc:
         if isinstance(exc, HostMemoryError):
             raise
@@ -465,7 +462,10 @@ def level_to_dask(level: Level, chunks: Any = None) -> dask.array.Array:
         ) from exc
 
 
-def _level_graph(level: Level, blocks: Any, da: Any, tokenize: Any) -> dask.array.Array:
+def _level_graph(level: Level, blocks: tuple[tuple[int, ...], ...]) -> dask.array.Array:
+    import dask.array as da
+    from dask.base import tokenize
+
     source = level_source(level)
     meta = level._reader.backend.xp.empty((0,) * level.ndim, dtype=level.dtype)
     token = tokenize(
