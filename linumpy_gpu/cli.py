@@ -755,6 +755,11 @@ def _convert(args: argparse.Namespace) -> int:
         raise UnsupportedWriteError(
             f"'{args.src}' is a label image: convert the image it belongs to"
         )
+    if 0 in src.levels[0].shape:
+        raise UnsupportedWriteError(
+            f"'{args.src}' holds no voxels (level 0 has shape {src.levels[0].shape}): there "
+            "is nothing to convert"
+        )
     if not src.meta.exact:
         if not args.scale_translation_only:
             # the new image would place every voxel elsewhere (a rotation, a shear, a

@@ -609,6 +609,17 @@ def test_convert_computes_levels_that_are_no_reductions_instead_of_copying_them(
     assert main(["validate", str(dst)]) == 0
 
 
+def test_convert_of_an_image_without_voxels_says_so(tmp_path, capsys):
+    src = tmp_path / "src.zarr"
+    lg.write_ome_zarr(src, _volume((8, 32, 32)), axes="zyx", levels=1)
+    meta = json.loads((src / "0" / "zarr.json").read_text())
+    meta["shape"] = [0, 32, 32]
+    (src / "0" / "zarr.json").write_text(json.dumps(meta))
+    assert main(["convert", str(src), str(tmp_path / "dst.zarr")]) == 2
+    assert "holds no voxels" in capsys.readouterr().err
+    assert not (tmp_path / "dst.zarr").exists()
+
+
 def test_convert_refuses_an_affine_placement_unless_asked_to_drop_it(tmp_path, capsys):
     """NGFF 0.5 holds no rotation: converting an image placed by one would put its voxels
     elsewhere while reading as exactly placed."""
