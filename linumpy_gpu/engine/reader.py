@@ -199,6 +199,9 @@ class ChunkedArrayReader:
                     batch_bytes=self.batch_bytes,
                     index_cache_size=self._index_cache_size,
                 )
+            # checked against the store as this reader opened it: one replaced since then
+            # is refused, as this reader refuses it, not read as its successor
+            reader._metadata_version, reader._stored = self._metadata_version, self._stored
             with self._lock:
                 self._small_reader = reader
         return reader

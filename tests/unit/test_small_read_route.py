@@ -108,3 +108,20 @@ def test_handed_reads_use_the_source_the_reader_was_given(array):
     np.testing.assert_array_equal(reader.read((0, 0)), array[0, 0])
     assert reader._small_reader is not None
     assert reader._small_reader.source is given
+
+
+def test_a_store_replaced_before_the_first_handed_read_is_refused(tmp_path):
+    """The reader handed to is made at the first small read: a store replaced after this
+    reader was opened, but before that read, is refused as this reader would refuse it,
+    not read as its successor."""
+    import time
+
+    from linumpy_gpu import StoreError
+
+    data = volume()
+    array = write_zarr_variant(tmp_path / "a.zarr", "v3-zstd", data, missing_fraction=0.0)
+    reader = ChunkedArrayReader(array, HandsSmallReads(Counting(), limit=1 << 30))
+    time.sleep(0.01)  # a later modification time for the new metadata
+    write_zarr_variant(tmp_path / "a.zarr", "v3-zstd", data + 1, missing_fraction=0.0)
+    with pytest.raises(StoreError, match="replaced"):
+        reader.read((0, 0))
