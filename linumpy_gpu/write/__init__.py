@@ -25,7 +25,6 @@ from linumpy_gpu.backends import resolve_backend
 from linumpy_gpu.engine.pyramid import LABEL_METHODS
 from linumpy_gpu.errors import (
     InvalidArgumentError,
-    InvalidMetadataError,
     LinumpyGpuWarning,
     NotOmeZarrError,
     StoreExistsError,
@@ -174,7 +173,7 @@ def write_ome_zarr(
 def _listed_labels(store: Any, path: str, where: str) -> list[str]:
     """The names the labels group at ``path`` lists ([] where there is none yet); raises
     :class:`NotOmeZarrError` where ``path`` holds an array, :class:`InvalidMetadataError`
-    where its listing is not a list of names."""
+    where its listing is not a list of label image paths."""
     try:
         node = zarr.open(store=store, path=path, mode="r")
     except FileNotFoundError:  # zarr's NodeNotFoundError among them
@@ -182,10 +181,8 @@ def _listed_labels(store: Any, path: str, where: str) -> list[str]:
     if not isinstance(node, zarr.Group):
         raise NotOmeZarrError(where, "labels", "a zarr group listing label images", "an array")
     block, _ = ngff.ome_block(dict(node.attrs), node.metadata.zarr_format)
-    names = block.get("labels", [])
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise InvalidMetadataError(where, "labels", "a list of label image names", names)
-    return names
+    # as opening the image parses it
+    return list(ngff.parse_labels_group(block, where)) if "labels" in block else []
 
 
 def write_labels(

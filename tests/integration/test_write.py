@@ -153,7 +153,7 @@ def test_a_labels_listing_that_is_not_a_list_of_names_is_refused(tmp_path, listi
     ome["labels"] = listing
     group.attrs["ome"] = ome
     before = _files_below(tmp_path / "img.zarr")
-    with pytest.raises(lg.InvalidMetadataError, match="label image names"):
+    with pytest.raises(lg.InvalidMetadataError, match="list of label image paths"):
         lg.write_labels(tmp_path / "img.zarr", "nuclei", np.zeros((4, 8, 8), "u1"))
     assert _files_below(tmp_path / "img.zarr") == before
 
