@@ -66,8 +66,10 @@ WRITE_BATCH_BYTES = 768 << 20
 REGION_SCRATCH_MAX = 8 << 30
 # Reads of at most this many bytes whose chunks the host cores would decode whole anyway
 # go through the CPU backend and one copy to the device: the device path's staging, kvikio
-# requests and events cost more than they save on a tile of a few chunks.
-SMALL_READ_BYTES = 8 << 20
+# requests and events cost more than they save on a tile of a few chunks. Past about 2 MiB
+# (a 100^3 uint16 cube) the device path wins again: its host threads decode into device
+# memory while later chunks are still being fetched.
+SMALL_READ_BYTES = 2 << 20
 # Per-chunk tables a batch allocates on the device besides its buffer: frame-check metadata,
 # nvCOMP's pointer/size/status arrays, checksum verdicts and copy jobs (about 260 bytes,
 # each array rounded up to 512 by cupy's pool). A batch may still hold its tables while the
