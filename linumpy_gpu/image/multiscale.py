@@ -144,6 +144,45 @@ class MultiscaleImage:
                 f"{[str(lv.dtype) for lv in self.levels]}; NGFF expects one dtype",
                 MetadataWarning,
             )
+        # a level whose shape its scale contradicts places its voxels where they are not:
+        # analyses and viewers that trust the scales measure the wrong distances
+        problems = self.shape_scale_mismatches()
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            warn(
+                f"level shapes contradict their scales: {problems[0]}{more}; the scales are "
+                "used as they are (`linumpy-gpu validate` lists every case)",
+                MetadataWarning,
+            )
+
+    def shape_scale_mismatches(self) -> list[str]:
+        """Where a level's shape is not the previous level's divided by the ratio of their
+        scales (within one voxel), or a level is longer than the one before: one sentence
+        each. Empty for images placed by more than a scale and a translation (not checked)."""
+        if not self.meta.exact:
+            return []
+        names = self.axis_names
+        problems = []
+        for i in range(1, len(self.levels)):
+            prev, cur = self.levels[i - 1], self.levels[i]
+            scales = zip(prev.shape, cur.shape, self.scale(i - 1), self.scale(i), strict=True)
+            for ax, (n0, n1, a, b) in enumerate(scales):
+                if n1 > n0:
+                    problems.append(
+                        f"{self.path}: level {i} ('{cur.path}') is longer than level {i - 1} "
+                        f"along axis '{names[ax]}' ({n1} > {n0})"
+                    )
+                    continue
+                if a <= 0 or b <= 0:
+                    continue
+                expected = n0 * a / b
+                if abs(n1 - expected) > 1.0 + 1e-6:
+                    problems.append(
+                        f"{self.path}: level {i} ('{cur.path}') has {n1} voxels along axis "
+                        f"'{names[ax]}', but its scale ({b:g} vs {a:g}) says about "
+                        f"{expected:.1f} (level {i - 1} has {n0})"
+                    )
+        return problems
 
     # metadata -------------------------------------------------------------------------
     @property

@@ -322,8 +322,13 @@ def translated_errors(where: str, what: str = "store", metadata: bool = False) -
             and metadata
             and isinstance(exc, ValueError | TypeError | KeyError | OverflowError)
         ):
-            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            translated = InvalidMetadataError(where, "zarr metadata", "valid zarr metadata", text)
+            text = str(exc).splitlines()[0] if str(exc) else ""
+            translated = InvalidMetadataError(
+                where,
+                "zarr metadata",
+                "valid zarr metadata",
+                f"a document zarr-python refuses ({type(exc).__name__}: {text})",
+            )
         if translated is None:
             raise
         raise translated from exc

@@ -245,6 +245,9 @@ def test_validate_shapes_that_do_not_follow_the_scales(tmp_path, capsys):
     problems = _problems(capsys.readouterr().out)
     assert any("level 1 ('1') has 16 voxels along axis 'z'" in p for p in problems), problems
     assert any("axis 'y'" in p for p in problems)
+    assert not any("contradict their scales" in p for p in problems)  # once, as errors
+    with pytest.warns(lg.MetadataWarning, match=r"contradict their scales: .*level 1.*more"):
+        lg.open_ome_zarr(path)
 
 
 def test_validate_metadata_errors_are_problems_not_crashes(tmp_path, capsys):

@@ -188,6 +188,10 @@ def _deep_attributes(path):
     )
 
 
+def _group_metadata_is_a_list(path):
+    (path / "zarr.json").write_text("[1, 2, 3]")
+
+
 def _level_missing(path):
     import shutil
 
@@ -227,6 +231,7 @@ BROKEN_STORES = {
     "level unknown codec": (_level_metadata_unknown_codec, lg.InvalidMetadataError),
     "group metadata is a folder": (_group_metadata_is_a_folder, lg.StoreError),
     "attributes nested too deep": (_deep_attributes, lg.InvalidMetadataError),
+    "group metadata a JSON list": (_group_metadata_is_a_list, lg.InvalidMetadataError),
     "level missing": (_level_missing, lg.InvalidMetadataError),
     "level is a group": (_level_is_a_group, lg.InvalidMetadataError),
     "unknown storage transformer": (_storage_transformer, lg.InvalidMetadataError),
