@@ -238,11 +238,25 @@ def replace_refusal(
     # an image's own levels and label images go with it, as do the arrays of a store whose
     # write by linumpy_gpu was interrupted
     if "multiscales" in own and images_below:
+        levels = {"": _level_paths(v3, read(target, ".zattrs"))}  # image -> its level paths
         for node in below:
-            parts = node[len(target) :].strip("/").replace(os.sep, "/").split("/")
-            keys = _ome_keys(read(node, "zarr.json"), read(node, ".zattrs"))
-            if "multiscales" in keys and not (len(parts) == 2 and parts[0] == "labels"):
-                return f"holds the image at '{node}', which it would delete"
+            relative = node[len(target) :].strip("/").replace(os.sep, "/")
+            parts = relative.split("/")
+            node_v3 = read(node, "zarr.json")
+            node_v2 = read(node, ".zattrs")
+            label_image = len(parts) == 2 and parts[0] == "labels"
+            if "multiscales" in _ome_keys(node_v3, node_v2):
+                if not label_image:
+                    return f"holds the image at '{node}', which it would delete"
+                levels[relative] = _level_paths(node_v3, node_v2)
+        for node in below:
+            relative = node[len(target) :].strip("/").replace(os.sep, "/")
+            parts = relative.split("/")
+            image, level = ("/".join(parts[:2]), "/".join(parts[2:]))
+            if not (parts[0] == "labels" and image in levels):
+                image, level = "", relative
+            if level not in levels[image] and _is_array(read, node, read(node, "zarr.json")):
+                return f"holds the zarr array at '{node}', not one of its levels (deleted with it)"
     elif "multiscales" not in own and INCOMPLETE_MARKER not in own:
         nodes = [(node, read(node, "zarr.json")) for node in below]
         for node, node_v3 in nodes:
@@ -290,6 +304,24 @@ def refusal_above(
     return None
 
 
+def _level_paths(v3: dict[str, Any] | None, v2_attributes: dict[str, Any] | None) -> set[str]:
+    """The dataset paths every multiscale of an image's metadata lists (its levels)."""
+    paths: set[str] = set()
+    for attributes in ((v3 or {}).get("attributes"), v2_attributes):
+        if not isinstance(attributes, dict):
+            continue
+        ome = attributes.get("ome")
+        for block in (attributes, ome if isinstance(ome, dict) else {}):
+            multiscales = block.get("multiscales")
+            for multiscale in multiscales if isinstance(multiscales, list) else []:
+                datasets = multiscale.get("datasets") if isinstance(multiscale, dict) else None
+                for dataset in datasets if isinstance(datasets, list) else []:
+                    path = dataset.get("path") if isinstance(dataset, dict) else None
+                    if isinstance(path, str):
+                        paths.add(path.strip("/"))
+    return paths
+
+
 def _is_array(read: DocumentReader, node: str, v3: dict[str, Any] | None) -> bool:
     return read(node, ".zarray") is not None or (v3 or {}).get("node_type") == "array"
 
@@ -297,7 +329,8 @@ def _is_array(read: DocumentReader, node: str, v3: dict[str, Any] | None) -> boo
 # Files a zarr group's folder holds besides its children: metadata documents
 _GROUP_FILES = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
 # What operating systems and file managers leave in folders they show
-_LITTER = {".DS_Store", "Thumbs.db", "desktop.ini", "Icon\r", "@eaDir", ".directory"}
+_LITTER = {".DS_Store", "Thumbs.db", "desktop.ini", "Icon\r", ".directory"}
+_LITTER_FOLDERS = {"@eaDir"}  # Synology's thumbnails, one folder per folder shown
 
 
 def is_litter_or_ours(name: str) -> bool:
@@ -315,10 +348,24 @@ def is_litter_or_ours(name: str) -> bool:
     )
 
 
+def is_litter_folder_or_ours(name: str) -> bool:
+    """Whether a folder of this name holds nobody's data: a file manager's thumbnail
+    folder, or a build folder of linumpy_gpu. A folder named like litter files (``._x``)
+    may hold anything: it is looked into, not skipped."""
+    return name in _LITTER_FOLDERS or _BUILD_FOLDER.fullmatch(name) is not None
+
+
+def _is_nobodys(entry: os.DirEntry[str]) -> bool:
+    if entry.is_dir(follow_symlinks=False):
+        return is_litter_folder_or_ours(entry.name)
+    return is_litter_or_ours(entry.name)
+
+
 def holds_nothing(folder: str) -> bool:
     """Whether ``folder`` holds nothing but litter and linumpy_gpu's own files."""
     try:
-        return all(is_litter_or_ours(name) for name in os.listdir(folder))
+        with os.scandir(folder) as entries:
+            return all(_is_nobodys(entry) for entry in entries)
     except OSError:
         return False
 
@@ -334,7 +381,7 @@ def _local_nodes_below(folder: str, found: list[str]) -> Iterator[str]:
     except OSError:
         return
     for entry in entries:
-        if entry.is_symlink() or entry.name in _GROUP_FILES or is_litter_or_ours(entry.name):
+        if entry.is_symlink() or entry.name in _GROUP_FILES or _is_nobodys(entry):
             continue
         if not entry.is_dir(follow_symlinks=False):
             found.append(entry.path)
@@ -394,7 +441,7 @@ def _foreign_in_array(array: str, found: list[str]) -> None:
             return
         for entry in entries:
             key = f"{rel}/{entry.name}" if rel else entry.name
-            if entry.is_symlink() or is_litter_or_ours(entry.name):
+            if entry.is_symlink() or _is_nobodys(entry):
                 continue
             if not rel and entry.name in _GROUP_FILES:
                 continue

@@ -33,6 +33,7 @@ from linumpy_gpu.errors import (
 )
 from linumpy_gpu.image import Level, MultiscaleImage, open_image
 from linumpy_gpu.io.files import (
+    INCOMPLETE_MARKER,
     ChunkKeys,
     DocumentReader,
     UnitLocks,
@@ -392,7 +393,9 @@ def _remote_group(
         if existing == "zarr":
             keys = _keys_below(store, path)
             below, foreign = _nodes_and_foreign(keys, target, read)
-            reason = replace_refusal(read, target, parents if whole else (), below)
+            reason = replace_refusal(
+                read, target, parents if whole else (), below, images_below=True
+            )
             if reason is None and foreign:
                 reason = f"holds '{foreign}', which is not part of a zarr store"
         else:
@@ -402,7 +405,7 @@ def _remote_group(
                 f"'{where}' {reason}; refusing to write there: write the image to a path of its own"
             )
         if existing == "zarr":
-            _remove_objects(store, [f"{path}/{k}" if path else k for k in keys])
+            _remove_store(store, path, keys)
         # not zarr's mode "w": it removes the path's prefix as a whole, which on an object
         # store also takes an object named like the store itself (a user's file, not ours)
         return zarr.open_group(store=store, path=path, mode="a", zarr_format=plan.zarr_format)
@@ -475,13 +478,29 @@ def _nodes_and_foreign(
     return list(named.values()), None
 
 
-def _remove_objects(store: Any, keys: list[str]) -> None:
-    """Delete the objects ``keys`` (full keys) of ``store``, one by one."""
+def _remove_store(store: Any, path: str, keys: list[str]) -> None:
+    """Delete the zarr store at ``path`` of ``store`` (``keys``: its objects, relative to
+    ``path``), one object at a time. Its root is first marked as a write in progress and
+    goes last: a deletion cut short (a dropped connection, Ctrl-C) leaves a store that
+    refuses to open as incomplete, never an image whose deleted chunks read as fill."""
     from zarr.core.sync import sync
 
+    root_documents = {"zarr.json", ".zattrs", ".zgroup"}
+    try:
+        group = zarr.open_group(store=store, path=path, mode="r+")
+        group.attrs.put({INCOMPLETE_MARKER: {"write_in_progress": True}})
+        marked = True
+    except Exception:
+        # a root zarr cannot rewrite: its metadata goes first instead (what remains then
+        # opens as no image at all)
+        marked = False
+    roots = [k for k in keys if k in root_documents]
+    others = [k for k in keys if k not in root_documents]
+    ordered = others + roots if marked else roots + others
+
     async def remove() -> None:
-        for key in keys:
-            await store.delete(key)
+        for key in ordered:
+            await store.delete(f"{path}/{key}" if path else key)
 
     sync(remove())
 

@@ -492,6 +492,56 @@ def test_write_labels_never_replaces_a_group_holding_an_image(tmp_path, where):
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])
+def test_overwrite_never_deletes_an_array_that_is_not_a_level(tmp_path, where):
+    """A user's array kept in an image's group, or in a label image's, is not one of its
+    levels: replacing the image would delete it."""
+    image = str(tmp_path / "img.zarr") if where == "local" else f"memory://extra-{os.getpid()}"
+    lg.write_ome_zarr(image, volume(), levels=2, device="cpu")
+    lg.write_labels(image, "cells", (volume() % 3).astype("u1"))
+    zarr.open_group(image, mode="a").create_array("measurements", shape=(3,), dtype="f8")
+    zarr.open_array(f"{image}/measurements", mode="r+")[:] = [1.0, 2.0, 3.0]
+    with pytest.raises(lg.StoreExistsError, match="measurements', not one of its levels"):
+        lg.write_ome_zarr(image, volume(seed=2), device="cpu", overwrite=True)
+    assert list(zarr.open_array(f"{image}/measurements", mode="r")[:]) == [1.0, 2.0, 3.0]
+
+    extra = zarr.open_group(f"{image}/labels/cells", mode="a").create_array(
+        "extra", shape=(2,), dtype="u1", fill_value=7
+    )
+    assert extra[0] == 7
+    with pytest.raises(lg.StoreExistsError, match="extra', not one of its levels"):
+        lg.write_labels(image, "cells", (volume() % 5).astype("u1"), overwrite=True)
+    assert zarr.open_array(f"{image}/labels/cells/extra", mode="r")[0] == 7
+
+
+def test_a_remote_replacement_cut_short_leaves_a_store_that_refuses_to_open(monkeypatch):
+    """The old store's objects go one by one: a replacement interrupted among them (a
+    dropped connection) leaves a store that says it is incomplete, not one whose deleted
+    chunks read as the fill value; writing again replaces it."""
+    from zarr.storage import FsspecStore
+
+    url = f"memory://cut-short-{os.getpid()}.ome.zarr"
+    data = volume() + 1  # no zeros: a deleted chunk would read as 0
+    lg.write_ome_zarr(url, data, chunks=(4, 8, 8), levels=2, device="cpu")
+    delete, deleted = FsspecStore.delete, []
+
+    async def dropped_after_two(self, key):
+        if len(deleted) == 2:
+            raise ConnectionError("connection dropped")
+        deleted.append(key)
+        return await delete(self, key)
+
+    monkeypatch.setattr(FsspecStore, "delete", dropped_after_two)
+    with pytest.raises(lg.RemoteStoreError):
+        lg.write_ome_zarr(url, data * 2, chunks=(4, 8, 8), levels=2, device="cpu", overwrite=True)
+    monkeypatch.setattr(FsspecStore, "delete", delete)
+    assert all("/c/" in key for key in deleted), deleted  # chunks went first
+    with pytest.raises(lg.IncompleteStoreError):
+        lg.open_ome_zarr(url)
+    lg.write_ome_zarr(url, data * 2, chunks=(4, 8, 8), levels=2, device="cpu", overwrite=True)
+    np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], data * 2)
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
 def test_a_label_image_is_still_replaced_through_write_labels(tmp_path, where):
     image = str(tmp_path / "img.zarr") if where == "local" else f"memory://relabel-{os.getpid()}"
     lg.write_ome_zarr(image, volume(), levels=2, device="cpu")
@@ -1219,6 +1269,16 @@ def test_file_managers_litter_does_not_block_a_replacement(store, litter):
         where.write_bytes(b"\x00")
     img = lg.write_ome_zarr(store, volume(seed=2), overwrite=True, levels=1)
     np.testing.assert_array_equal(img[0][...], volume(seed=2))
+
+
+@pytest.mark.parametrize("folder", ["._backup", ".DS_Store", ".nfs0000abcd"])
+def test_a_folder_named_like_litter_is_looked_into(store, folder):
+    """Names that are litter for files say nothing of a folder's contents."""
+    (store / folder).mkdir()
+    (store / folder / "thesis.docx").write_bytes(b"chapter 1")
+    with pytest.raises(lg.StoreExistsError, match="thesis.docx"):
+        lg.write_ome_zarr(store, volume(seed=2), overwrite=True, levels=1)
+    assert (store / folder / "thesis.docx").read_bytes() == b"chapter 1"
 
 
 @pytest.mark.parametrize(
