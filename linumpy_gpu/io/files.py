@@ -235,29 +235,31 @@ def replace_refusal(
     for key, collection in _COLLECTIONS.items():
         if key in own:
             return f"is {collection}, whose images it would delete"
-    # an image's own levels and label images go with it, as do the arrays of a store whose
-    # write by linumpy_gpu was interrupted
-    if "multiscales" in own and images_below:
-        levels = {"": _level_paths(v3, read(target, ".zattrs"))}  # image -> its level paths
+    # an image's own levels and label images go with it, as do the levels of a store whose
+    # write by linumpy_gpu was interrupted (marked unfinished: levels it names 0, 1, ...)
+    if _is_image(own) and images_below:
+        levels = {"": _level_paths(v3, read(target, ".zattrs"))}  # image -> its levels
+        unfinished = {"": INCOMPLETE_MARKER in own}
         for node in below:
             relative = node[len(target) :].strip("/").replace(os.sep, "/")
             parts = relative.split("/")
-            node_v3 = read(node, "zarr.json")
-            node_v2 = read(node, ".zattrs")
-            label_image = len(parts) == 2 and parts[0] == "labels"
-            if "multiscales" in _ome_keys(node_v3, node_v2):
-                if not label_image:
+            node_v3, node_v2 = read(node, "zarr.json"), read(node, ".zattrs")
+            keys = _ome_keys(node_v3, node_v2)
+            if _is_image(keys):
+                if not (len(parts) == 2 and parts[0] == "labels"):
                     return f"holds the image at '{node}', which it would delete"
                 levels[relative] = _level_paths(node_v3, node_v2)
+                unfinished[relative] = INCOMPLETE_MARKER in keys
         for node in below:
             relative = node[len(target) :].strip("/").replace(os.sep, "/")
             parts = relative.split("/")
-            image, level = ("/".join(parts[:2]), "/".join(parts[2:]))
+            image, level = "/".join(parts[:2]), "/".join(parts[2:])
             if not (parts[0] == "labels" and image in levels):
                 image, level = "", relative
-            if level not in levels[image] and _is_array(read, node, read(node, "zarr.json")):
+            ours = level in levels[image] or (unfinished[image] and level.isdigit())
+            if not ours and _is_array(read, node, read(node, "zarr.json")):
                 return f"holds the zarr array at '{node}', not one of its levels (deleted with it)"
-    elif "multiscales" not in own and INCOMPLETE_MARKER not in own:
+    elif not _is_image(own):
         nodes = [(node, read(node, "zarr.json")) for node in below]
         for node, node_v3 in nodes:
             if _ome_keys(node_v3, read(node, ".zattrs")) & ({"multiscales"} | set(_COLLECTIONS)):
@@ -265,7 +267,7 @@ def replace_refusal(
         for node, node_v3 in nodes:
             if _is_array(read, node, node_v3):
                 return f"holds the zarr array at '{node}', which it would delete"
-    return refusal_above(read, parents, "multiscales" in own)
+    return refusal_above(read, parents, _is_image(own))
 
 
 def refusal_above(
@@ -289,7 +291,7 @@ def refusal_above(
             contiguous = False
             continue
         keys = _ome_keys(v3, v2)
-        if "multiscales" in keys:
+        if _is_image(keys):
             if new and distance == 2 and nearest.rstrip("/").rpartition("/")[2] == "labels":
                 return None
             return f"lies inside the image at '{parent}'"
@@ -302,6 +304,12 @@ def refusal_above(
             # its series are images; its other groups (OME) hold the acquisition metadata
             return f"is part of the bioformats2raw collection at '{parent}'"
     return None
+
+
+def _is_image(keys: set[str]) -> bool:
+    """Whether a node with these OME keys is an image, or one whose write by linumpy_gpu
+    was interrupted before its metadata was complete."""
+    return "multiscales" in keys or INCOMPLETE_MARKER in keys
 
 
 def _level_paths(v3: dict[str, Any] | None, v2_attributes: dict[str, Any] | None) -> set[str]:
@@ -331,6 +339,10 @@ _GROUP_FILES = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
 # What operating systems and file managers leave in folders they show
 _LITTER = {".DS_Store", "Thumbs.db", "desktop.ini", "Icon\r", ".directory"}
 _LITTER_FOLDERS = {"@eaDir"}  # Synology's thumbnails, one folder per folder shown
+# NFS renames a file deleted while open to .nfs and hex digits until it is closed
+_NFS_RENAMED = re.compile(r"\.nfs[0-9a-fA-F]+")
+# tensorstore writes each chunk or metadata document through a lock file beside it
+_TENSORSTORE_LOCK = re.compile(r"(?:\d+(?:\.\d+)*|zarr\.json|\.zarray|\.zattrs|\.zgroup)\.__lock")
 
 
 def is_litter_or_ours(name: str) -> bool:
@@ -339,11 +351,12 @@ def is_litter_or_ours(name: str) -> bool:
     temporary file, a build folder; never a store an interrupted swap parked)."""
     return (
         name in _LITTER
-        or name.startswith(("._", ".nfs"))  # AppleDouble files; NFS's renamed open files
+        or name.startswith("._")  # AppleDouble files
+        or _NFS_RENAMED.fullmatch(name) is not None
         or name == LOCK_FILE
         or _PARTIAL.fullmatch(name) is not None
         or _ZARR_PARTIAL.fullmatch(name) is not None
-        or name.endswith(".__lock")  # tensorstore's, beside a key it was writing
+        or _TENSORSTORE_LOCK.fullmatch(name) is not None
         or _BUILD_FOLDER.fullmatch(name) is not None
     )
 
@@ -395,10 +408,22 @@ def _local_nodes_below(folder: str, found: list[str]) -> Iterator[str]:
             _foreign_in_array(entry.path, inner)
         else:
             yield from _local_nodes_below(entry.path, inner)
-        damaged = _damaged_metadata(entry.path) if inner else None
         # files below a document that is no zarr node's (an array's chunks, unrecognised)
         # are reported as that document, which is what needs mending
+        damaged = _damaged_metadata(entry.path) if inner else None
         found.extend([damaged] if damaged is not None else inner)
+        found.extend(not_zarr_documents(local_document, entry.path))
+
+
+def not_zarr_documents(read: DocumentReader, node: str) -> list[str]:
+    """The documents of ``node`` named like zarr metadata that do not say they are (a JSON
+    object without ``zarr_format``: a user's file, not a damaged document of ours)."""
+    found = []
+    for name in ("zarr.json", ".zarray", ".zgroup"):
+        document = read(node, name)
+        if document and "zarr_format" not in document:
+            found.append(f"{node}/{name}")
+    return found
 
 
 def _damaged_metadata(folder: str) -> str | None:

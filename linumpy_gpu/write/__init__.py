@@ -41,6 +41,7 @@ from linumpy_gpu.io.files import (
     check_replaceable,
     is_litter_or_ours,
     json_object,
+    not_zarr_documents,
     refresh_consolidated,
     refusal_above,
     replace_refusal,
@@ -473,7 +474,9 @@ def _nodes_and_foreign(
             if within in ("zarr.json", ".zarray", ".zattrs") or chunk_keys[array].chunk(within):
                 continue  # its metadata, or a chunk: anything else is someone's object
         elif name in ("zarr.json", ".zattrs", ".zgroup", ".zarray", ".zmetadata"):
-            continue
+            node = named.get(inner, target)
+            if f"{node}/{name}" not in not_zarr_documents(read, node):
+                continue
         return list(named.values()), f"{target}/{key}" if target else key
     return list(named.values()), None
 

@@ -5,6 +5,7 @@ and the demo never touches files it did not write."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -511,6 +512,65 @@ def test_overwrite_never_deletes_an_array_that_is_not_a_level(tmp_path, where):
     with pytest.raises(lg.StoreExistsError, match="extra', not one of its levels"):
         lg.write_labels(image, "cells", (volume() % 5).astype("u1"), overwrite=True)
     assert zarr.open_array(f"{image}/labels/cells/extra", mode="r")[0] == 7
+
+
+def _failing_at_the_last_block(shape, dtype):
+    """A dask volume whose last block fails to compute: a write of it is interrupted."""
+    import dask.array as da
+
+    def fail(block, block_info=None):
+        if block_info[None]["chunk-location"] == (1, 1, 1):
+            raise RuntimeError("connection dropped")
+        return block
+
+    return da.zeros(shape, dtype=dtype, chunks=shape[0] // 2).map_blocks(fail, dtype=dtype)
+
+
+def test_what_an_interrupted_remote_write_left_is_replaced_and_nothing_else(tmp_path):
+    """The levels an interrupted write left (marked unfinished, of an image or of one of
+    its label images) go with a replacement; an array or image added beside them since
+    blocks it, as in any image."""
+    import fsspec
+
+    url = f"memory://unfinished-{os.getpid()}.zarr"
+    lg.write_ome_zarr(url, volume(), levels=2, device="cpu")
+    with pytest.raises(lg.WriteError):
+        lg.write_labels(url, "cells", _failing_at_the_last_block((16, 32, 32), "u1"))
+    lg.write_ome_zarr(url, volume(seed=2), levels=1, device="cpu", overwrite=True)
+    np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], volume(seed=2))
+
+    with pytest.raises(lg.WriteError):
+        lg.write_ome_zarr(url, _failing_at_the_last_block((16, 32, 32), "u2"), overwrite=True)
+    with pytest.raises(lg.StoreExistsError, match="lies inside the image"):
+        lg.write_ome_zarr(f"{url}/other", volume(), device="cpu")
+    zarr.open_group(url, mode="a").create_array("measurements", shape=(3,), dtype="f4")
+    local = tmp_path / "copy.zarr"
+    fsspec.filesystem("memory").get(url[len("memory:/") :], str(local), recursive=True)
+    for where in (url, str(local)):
+        with pytest.raises(lg.StoreExistsError, match="measurements', not one of its levels"):
+            lg.write_ome_zarr(where, volume(), device="cpu", overwrite=True)
+        assert "measurements" in zarr.open_group(where, mode="r")
+
+
+@pytest.mark.parametrize("name", [".nfs_settings", "results.__lock", "config/zarr.json"])
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_user_files_named_like_what_tools_leave_block_a_replacement(tmp_path, where, name):
+    """Only NFS's own names (.nfs and hex digits), tensorstore's locks beside chunks and
+    metadata, and zarr documents that say they are one are passed over."""
+    import fsspec
+
+    content = b'{"compressor": "zstd"}'
+    if where == "local":
+        image = str(tmp_path / "img.zarr")
+        lg.write_ome_zarr(image, volume(), levels=1, device="cpu")
+        (tmp_path / "img.zarr" / name).parent.mkdir(exist_ok=True)
+        (tmp_path / "img.zarr" / name).write_bytes(content)
+    else:
+        image = f"memory://named-{os.getpid()}-{name.replace('/', '-')}.zarr"
+        lg.write_ome_zarr(image, volume(), levels=1, device="cpu")
+        fsspec.filesystem("memory").pipe(f"{image[len('memory:/') :]}/{name}", content)
+    with pytest.raises(lg.StoreExistsError, match=name.rpartition("/")[2].replace(".", r"\.")):
+        lg.write_ome_zarr(image, volume(seed=2), levels=1, device="cpu", overwrite=True)
 
 
 def test_a_remote_replacement_cut_short_leaves_a_store_that_refuses_to_open(monkeypatch):
@@ -1343,6 +1403,9 @@ def test_folders_without_metadata_are_walked_not_refused(tmp_path):
     (path / "0").rename(tmp_path / "level")
     (path / "s0").mkdir()
     (tmp_path / "level").rename(path / "s0" / "data")
+    meta = json.loads((path / "zarr.json").read_text())
+    meta["attributes"]["ome"]["multiscales"][0]["datasets"][0]["path"] = "s0/data"
+    (path / "zarr.json").write_text(json.dumps(meta))
     (path / "labels").mkdir()
     img = lg.write_ome_zarr(path, volume(seed=2), overwrite=True, levels=1)
     np.testing.assert_array_equal(img[0][...], volume(seed=2))
