@@ -158,8 +158,9 @@ class MultiscaleImage:
     def shape_scale_mismatches(self) -> list[str]:
         """Where a level's shape is not the previous level's divided by the ratio of their
         scales (within one voxel), or a level is longer than the one before: one sentence
-        each. Empty for images placed by more than a scale and a translation (not checked)."""
-        if not self.meta.exact:
+        each. Empty for images placed by more than a scale and a translation, and for
+        versions that store no scales (not checked)."""
+        if not self.meta.exact or not ngff.states_scales(self.meta.version):
             return []
         names = self.axis_names
         problems = []

@@ -342,7 +342,9 @@ _LITTER_FOLDERS = {"@eaDir"}  # Synology's thumbnails, one folder per folder sho
 # NFS renames a file deleted while open to .nfs and hex digits until it is closed
 _NFS_RENAMED = re.compile(r"\.nfs[0-9a-fA-F]+")
 # tensorstore writes each chunk or metadata document through a lock file beside it
-_TENSORSTORE_LOCK = re.compile(r"(?:\d+(?:\.\d+)*|zarr\.json|\.zarray|\.zattrs|\.zgroup)\.__lock")
+_TENSORSTORE_LOCK = re.compile(
+    r"(?:c(?:\.\d+)*|\d+(?:\.\d+)*|zarr\.json|\.zarray|\.zattrs|\.zgroup)\.__lock"
+)
 
 
 def is_litter_or_ours(name: str) -> bool:

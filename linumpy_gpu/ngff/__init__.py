@@ -100,6 +100,12 @@ def scales_from_shapes(meta: MultiscaleMeta, shapes: list[tuple[int, ...]]) -> M
     return v03.scales_from_shapes(meta, shapes)
 
 
+def states_scales(version: str) -> bool:
+    """Whether images of this NGFF version store their levels' scales (0.4 on); before,
+    :func:`scales_from_shapes` infers them, so shapes cannot contradict them."""
+    return version not in v03.VERSIONS
+
+
 def parse_plate(block: Mapping[str, Any], version: str | None, where: str) -> PlateMeta:
     """Parse the ``plate`` block of a plate group (version 0.4 when none is declared)."""
     plate = block.get("plate")
@@ -182,6 +188,7 @@ def _layout_version(entry: Mapping[str, Any]) -> str:
 __all__ = [
     "scene_images",
     "scales_from_shapes",
+    "states_scales",
     "SUPPORTED_VERSIONS",
     "Acquisition",
     "Affine",

@@ -114,7 +114,9 @@ def parse_well(block: Mapping[str, Any], version: str, where: str) -> WellMeta:
 def scales_from_shapes(meta: MultiscaleMeta, shapes: list[tuple[int, ...]]) -> MultiscaleMeta:
     """For a 0.1 / 0.2 / 0.3 image whose levels carry no transformations (every scale ones,
     every translation zeros): each level's scale on its spatial axes from the level shapes,
-    level 0's size over the level's, rounded to a whole factor. Any other image as it is."""
+    the level before's scale times their ratio of sizes rounded to a whole factor (so a
+    pyramid halved with rounding up, 89 -> 45 -> 23 -> 12, gets 2, 4, 8). Any other image
+    as it is."""
     if meta.version not in VERSIONS or len(shapes) < 2:
         return meta
     if any(
@@ -124,10 +126,13 @@ def scales_from_shapes(meta: MultiscaleMeta, shapes: list[tuple[int, ...]]) -> M
         return meta
     spatial = [a.type == "space" for a in meta.axes]
     datasets = []
+    scale = (1.0,) * len(shapes[0])
+    previous = shapes[0]
     for ds, shape in zip(meta.datasets, shapes, strict=True):
         scale = tuple(
-            float(max(1, round(n0 / max(1, n)))) if space else 1.0
-            for n0, n, space in zip(shapes[0], shape, spatial, strict=True)
+            s * max(1, round(n0 / max(1, n))) if space else 1.0
+            for s, n0, n, space in zip(scale, previous, shape, spatial, strict=True)
         )
+        previous = shape
         datasets.append(compose_level(ds.path, len(shape), scale, None))
     return dataclasses.replace(meta, datasets=tuple(datasets))

@@ -488,18 +488,25 @@ def _remove_store(store: Any, path: str, keys: list[str]) -> None:
     refuses to open as incomplete, never an image whose deleted chunks read as fill."""
     from zarr.core.sync import sync
 
-    root_documents = {"zarr.json", ".zattrs", ".zgroup"}
     try:
         group = zarr.open_group(store=store, path=path, mode="r+")
-        group.attrs.put({INCOMPLETE_MARKER: {"write_in_progress": True}})
+        # its level list stays: a replacement tried again knows the levels left behind
+        group.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
         marked = True
     except Exception:
         # a root zarr cannot rewrite: its metadata goes first instead (what remains then
         # opens as no image at all)
         marked = False
-    roots = [k for k in keys if k in root_documents]
-    others = [k for k in keys if k not in root_documents]
-    ordered = others + roots if marked else roots + others
+    documents = {"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"}
+    roots = [k for k in keys if k in documents]
+    # chunks first, then the metadata of the nodes below, deepest first: what a deletion
+    # cut short leaves is always nodes whose objects are all theirs
+    below = sorted(
+        (k for k in keys if k not in documents and k.rpartition("/")[2] in documents),
+        key=lambda k: -k.count("/"),
+    )
+    chunks = [k for k in keys if k.rpartition("/")[2] not in documents]
+    ordered = chunks + below + roots if marked else roots + chunks + below
 
     async def remove() -> None:
         for key in ordered:

@@ -552,7 +552,9 @@ def test_what_an_interrupted_remote_write_left_is_replaced_and_nothing_else(tmp_
         assert "measurements" in zarr.open_group(where, mode="r")
 
 
-@pytest.mark.parametrize("name", [".nfs_settings", "results.__lock", "config/zarr.json"])
+@pytest.mark.parametrize(
+    "name", [".nfs_settings", "results.__lock", "c.results.__lock", "config/zarr.json"]
+)
 @pytest.mark.parametrize("where", ["local", "memory"])
 def test_user_files_named_like_what_tools_leave_block_a_replacement(tmp_path, where, name):
     """Only NFS's own names (.nfs and hex digits), tensorstore's locks beside chunks and
@@ -573,32 +575,67 @@ def test_user_files_named_like_what_tools_leave_block_a_replacement(tmp_path, wh
         lg.write_ome_zarr(image, volume(seed=2), levels=1, device="cpu", overwrite=True)
 
 
-def test_a_remote_replacement_cut_short_leaves_a_store_that_refuses_to_open(monkeypatch):
-    """The old store's objects go one by one: a replacement interrupted among them (a
-    dropped connection) leaves a store that says it is incomplete, not one whose deleted
-    chunks read as the fill value; writing again replaces it."""
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+@pytest.mark.parametrize("stop_after", [2, 5, 9])
+def test_a_remote_replacement_cut_short_leaves_a_store_that_refuses_to_open(
+    monkeypatch, version, stop_after
+):
+    """The old store's objects go one by one, chunks first, then the levels' metadata, the
+    root last: a replacement interrupted among them (a dropped connection) leaves a store
+    that says it is incomplete, not one whose deleted chunks read as the fill value, and
+    writing again replaces it."""
     from zarr.storage import FsspecStore
 
-    url = f"memory://cut-short-{os.getpid()}.ome.zarr"
+    url = f"memory://cut-short-{os.getpid()}-{version}-{stop_after}.ome.zarr"
     data = volume() + 1  # no zeros: a deleted chunk would read as 0
-    lg.write_ome_zarr(url, data, chunks=(4, 8, 8), levels=2, device="cpu")
+    lg.write_ome_zarr(url, data, chunks=(8, 16, 16), levels=2, version=version, device="cpu")
     delete, deleted = FsspecStore.delete, []
 
-    async def dropped_after_two(self, key):
-        if len(deleted) == 2:
+    async def dropped(self, key):
+        if len(deleted) == stop_after:
             raise ConnectionError("connection dropped")
         deleted.append(key)
         return await delete(self, key)
 
-    monkeypatch.setattr(FsspecStore, "delete", dropped_after_two)
+    monkeypatch.setattr(FsspecStore, "delete", dropped)
     with pytest.raises(lg.RemoteStoreError):
-        lg.write_ome_zarr(url, data * 2, chunks=(4, 8, 8), levels=2, device="cpu", overwrite=True)
+        lg.write_ome_zarr(url, data * 2, levels=2, version=version, device="cpu", overwrite=True)
     monkeypatch.setattr(FsspecStore, "delete", delete)
-    assert all("/c/" in key for key in deleted), deleted  # chunks went first
+    documents = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
+    assert not any(key.endswith(documents) for key in deleted[:4]), deleted  # chunks first
     with pytest.raises(lg.IncompleteStoreError):
         lg.open_ome_zarr(url)
-    lg.write_ome_zarr(url, data * 2, chunks=(4, 8, 8), levels=2, device="cpu", overwrite=True)
+    lg.write_ome_zarr(url, data * 2, levels=2, version=version, device="cpu", overwrite=True)
     np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], data * 2)
+
+
+def test_a_replacement_cut_short_keeps_the_level_list_for_the_next_try(monkeypatch):
+    """Levels not named 0, 1, ... (ngff-zarr's scale0/image) are still known as the
+    store's own when a replacement is tried again."""
+    from zarr.storage import FsspecStore
+
+    url = f"memory://named-levels-{os.getpid()}.ome.zarr"
+    lg.write_ome_zarr(url, volume(), levels=1, device="cpu")
+    root = zarr.open_group(url, mode="a")
+    zarr.create_array(root.store, name="scale0/image", data=volume(), chunks=(8, 16, 16))
+    meta = dict(root.attrs["ome"])
+    meta["multiscales"][0]["datasets"][0]["path"] = "scale0/image"
+    root.attrs["ome"] = meta
+    del root["0"]
+    delete, deleted = FsspecStore.delete, []
+
+    async def dropped(self, key):
+        if len(deleted) == 1:
+            raise ConnectionError("connection dropped")
+        deleted.append(key)
+        return await delete(self, key)
+
+    monkeypatch.setattr(FsspecStore, "delete", dropped)
+    with pytest.raises(lg.RemoteStoreError):
+        lg.write_ome_zarr(url, volume(seed=2), levels=1, device="cpu", overwrite=True)
+    monkeypatch.setattr(FsspecStore, "delete", delete)
+    lg.write_ome_zarr(url, volume(seed=2), levels=1, device="cpu", overwrite=True)
+    np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], volume(seed=2))
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])
@@ -1348,6 +1385,8 @@ def test_a_folder_named_like_litter_is_looked_into(store, folder):
         "labels/zarr.0123456789abcdef0123456789abcdef.partial",
         "0/zarr.json.0123456789abcdef0123456789abcdef.partial",
         "0/c/1/0/1.__lock",  # tensorstore writes each key through one
+        "0/c.1.0.1.__lock",  # ... beside chunks of '.'-separated keys too
+        ".nfs00000000a1b2c3d4",  # NFS's name for a file deleted while open
         "0/c/7",  # an empty folder holds no one's data
     ],
 )

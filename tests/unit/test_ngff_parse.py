@@ -84,6 +84,25 @@ def test_ngff_05_block_lives_under_ome():
     assert meta.channels[0].window == {"start": 0.0, "end": 1000.0, "min": 0.0, "max": 65535.0}
 
 
+@pytest.mark.parametrize(
+    ("shapes", "expected"),
+    [
+        ([(89, 89), (45, 45), (23, 23), (12, 12), (6, 6)], [1, 2, 4, 8, 16]),  # halved up
+        ([(89, 89), (44, 44), (22, 22), (11, 11), (5, 5)], [1, 2, 4, 8, 16]),  # halved down
+        ([(90, 90), (30, 30), (10, 10)], [1, 3, 9]),
+    ],
+)
+def test_version_03_scales_follow_the_pyramid_level_by_level(shapes, expected):
+    """0.1-0.3 store no scales: each level's is the level before's times their ratio of
+    sizes, rounded (level 0's size over the level's would give 89 / 12 -> 7)."""
+    from linumpy_gpu.ngff import scales_from_shapes
+
+    datasets = [{"path": str(i)} for i in range(len(shapes))]
+    block = {"multiscales": [{"version": "0.3", "axes": ["y", "x"], "datasets": datasets}]}
+    meta = scales_from_shapes(parse_multiscales(block, "0.3", "img"), shapes)
+    assert [ds.scale for ds in meta.datasets] == [(float(f), float(f)) for f in expected]
+
+
 def test_version_03_string_axes_and_02_implicit_axes():
     block = {
         "multiscales": [{"version": "0.3", "axes": ["z", "y", "x"], "datasets": [{"path": "0"}]}]
