@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from linumpy_gpu.errors import IncompleteStoreError
+from linumpy_gpu.io.files import INCOMPLETE_MARKER
 
 
 def join(*parts: str) -> str:
@@ -27,3 +31,17 @@ def dtype_text(level: Any) -> str:
         return str(level.dtype)
     order = "big" if stored.byteorder == ">" else "little"
     return f"{level.dtype} (stored {order}-endian)"
+
+
+def refuse_unfinished(attrs: Mapping[str, Any], where: str) -> None:
+    """Refuse a group a linumpy_gpu write marked as in progress (interrupted before its
+    metadata was written, or while the store it replaces was being deleted): its chunks
+    may be missing and would read as the fill value."""
+    mark = attrs.get(INCOMPLETE_MARKER)
+    if isinstance(mark, dict) and mark.get("write_in_progress"):
+        raise IncompleteStoreError(
+            where,
+            "attributes",
+            "a finished write (a linumpy_gpu write of this store was "
+            "interrupted before its metadata was written; rewrite it with overwrite=True)",
+        )

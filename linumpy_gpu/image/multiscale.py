@@ -24,7 +24,7 @@ from linumpy_gpu.errors import (
     WriteError,
     warn,
 )
-from linumpy_gpu.image._common import dtype_text, format_bytes, join
+from linumpy_gpu.image._common import dtype_text, format_bytes, join, refuse_unfinished
 from linumpy_gpu.image.level import Level
 from linumpy_gpu.io.stores import nested_by_spec, translated_errors
 from linumpy_gpu.progress import progress_bar
@@ -83,7 +83,9 @@ class MultiscaleImage:
         self.path = path
         self.backend = backend
         self._settings = config.get()  # its label images read with those it was opened with
-        block, version = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
+        attrs = dict(group.attrs)
+        refuse_unfinished(attrs, path)  # (label images and fields too, however reached)
+        block, version = ngff.ome_block(attrs, group.metadata.zarr_format)
         if version in ("0.4", "0.5"):
             block = _inline_stored_parameters(block, group, path)
         self.meta: ngff.MultiscaleMeta = ngff.parse_multiscales(

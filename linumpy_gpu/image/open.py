@@ -10,12 +10,11 @@ from typing import Any
 from linumpy_gpu import config, ngff
 from linumpy_gpu.backends import resolve_backend
 from linumpy_gpu.errors import (
-    IncompleteStoreError,
     InvalidArgumentError,
     NotOmeZarrError,
     StorePermissionError,
 )
-from linumpy_gpu.image._common import join
+from linumpy_gpu.image._common import join, refuse_unfinished
 from linumpy_gpu.image.collections import Plate, Scene, SeriesCollection, Well
 from linumpy_gpu.image.multiscale import MultiscaleImage
 from linumpy_gpu.io.stores import READ_MODES, locate, translated_errors
@@ -54,13 +53,7 @@ def open_ome_zarr(
     group, where = _open_group(path, mode, storage_options)
     with translated_errors(where, metadata=True):
         attrs = dict(group.attrs)
-    if isinstance(attrs.get("linumpy_gpu"), dict) and attrs["linumpy_gpu"].get("write_in_progress"):
-        raise IncompleteStoreError(
-            where,
-            "attributes",
-            "a finished write (a linumpy_gpu write of this store was "
-            "interrupted before its metadata was written; rewrite it with overwrite=True)",
-        )
+    refuse_unfinished(attrs, where)
     block, _ = ngff.ome_block(attrs, group.metadata.zarr_format)
     kind = ngff.require_ome(block, where)
     if kind == "plate":

@@ -418,12 +418,12 @@ def _local_nodes_below(folder: str, found: list[str]) -> Iterator[str]:
 
 
 def not_zarr_documents(read: DocumentReader, node: str) -> list[str]:
-    """The documents of ``node`` named like zarr metadata that do not say they are (a JSON
-    object without ``zarr_format``: a user's file, not a damaged document of ours)."""
+    """The documents of ``node`` named like zarr metadata that do not say they are (no JSON
+    object with ``zarr_format``: a user's file, or one too damaged to tell from one)."""
     found = []
     for name in ("zarr.json", ".zarray", ".zgroup"):
         document = read(node, name)
-        if document and "zarr_format" not in document:
+        if document is not None and "zarr_format" not in document:
             found.append(f"{node}/{name}")
     return found
 
@@ -713,7 +713,7 @@ def check_replaceable(target: str, whole: bool = True) -> None:
             f"'{target}' exists and is not a zarr store (no zarr.json, .zgroup or .zattrs at "
             "its top level); refusing to replace it: choose another path or remove it yourself"
         )
-    foreign: list[str] = []
+    foreign: list[str] = not_zarr_documents(local_document, target)
     below = list(_local_nodes_below(target, foreign))
     reason = replace_refusal(local_document, target, parents, below, images_below=True)
     if reason:

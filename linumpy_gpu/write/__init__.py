@@ -483,29 +483,36 @@ def _nodes_and_foreign(
 
 def _remove_store(store: Any, path: str, keys: list[str]) -> None:
     """Delete the zarr store at ``path`` of ``store`` (``keys``: its objects, relative to
-    ``path``), one object at a time. Its root is first marked as a write in progress and
-    goes last: a deletion cut short (a dropped connection, Ctrl-C) leaves a store that
-    refuses to open as incomplete, never an image whose deleted chunks read as fill."""
+    ``path``), one object at a time. The store and its label images are first marked as a
+    write in progress (consolidated copies above brought up to date), its chunks go before
+    any metadata and its root last: a deletion cut short (a dropped connection, Ctrl-C)
+    leaves images that refuse to open as incomplete, never images whose deleted chunks
+    read as fill, and a replacement tried again finds every node it left whole."""
     from zarr.core.sync import sync
 
-    try:
-        group = zarr.open_group(store=store, path=path, mode="r+")
-        # its level list stays: a replacement tried again knows the levels left behind
-        group.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
-        marked = True
-    except Exception:
-        # a root zarr cannot rewrite: its metadata goes first instead (what remains then
-        # opens as no image at all)
-        marked = False
     documents = {"zarr.json", ".zarray", ".zattrs", ".zgroup", ".zmetadata"}
+    label_images = sorted(
+        {
+            k.rpartition("/")[0]
+            for k in keys
+            if re.fullmatch(r"labels/[^/]+/(zarr\.json|\.zattrs)", k)
+        }
+    )
+    marked = _mark_unfinished(store, path)
+    for label in label_images:
+        _mark_unfinished(store, f"{path}/{label}" if path else label)
+    if marked:
+        _consolidate_again(store, path)
     roots = [k for k in keys if k in documents]
-    # chunks first, then the metadata of the nodes below, deepest first: what a deletion
-    # cut short leaves is always nodes whose objects are all theirs
+    # metadata of the nodes below, deepest first: what is left at any point is nodes
+    # whose objects are all theirs
     below = sorted(
         (k for k in keys if k not in documents and k.rpartition("/")[2] in documents),
         key=lambda k: -k.count("/"),
     )
     chunks = [k for k in keys if k.rpartition("/")[2] not in documents]
+    # a root that cannot be marked (no zarr group zarr-python opens) goes first instead:
+    # what remains then opens as no image at all
     ordered = chunks + below + roots if marked else roots + chunks + below
 
     async def remove() -> None:
@@ -513,6 +520,22 @@ def _remove_store(store: Any, path: str, keys: list[str]) -> None:
             await store.delete(f"{path}/{key}" if path else key)
 
     sync(remove())
+
+
+def _mark_unfinished(store: Any, path: str) -> bool:
+    """Mark the group at ``path`` as a write in progress, its other attributes kept (a
+    replacement tried again knows the levels it lists). False where no group zarr-python
+    opens stands there; a failure to write the mark raises (nothing is deleted then)."""
+    try:
+        group = zarr.open_group(store=store, path=path, mode="r+")
+    except Exception as exc:
+        names = {c.__name__ for c in type(exc).__mro__}
+        structural = {"GroupNotFoundError", "NodeNotFoundError", "MetadataValidationError"}
+        if names & structural or isinstance(exc, ValueError | TypeError | KeyError):
+            return False
+        raise
+    group.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
+    return True
 
 
 def _store_nodes(store: Any, path: str) -> tuple[DocumentReader, str, list[str]]:

@@ -553,7 +553,14 @@ def test_what_an_interrupted_remote_write_left_is_replaced_and_nothing_else(tmp_
 
 
 @pytest.mark.parametrize(
-    "name", [".nfs_settings", "results.__lock", "c.results.__lock", "config/zarr.json"]
+    "name",
+    [
+        ".nfs_settings",
+        "results.__lock",
+        "c.results.__lock",
+        "config/zarr.json",
+        "zarr.json.list",  # a zarr.json holding a JSON list, beside the levels
+    ],
 )
 @pytest.mark.parametrize("where", ["local", "memory"])
 def test_user_files_named_like_what_tools_leave_block_a_replacement(tmp_path, where, name):
@@ -562,6 +569,8 @@ def test_user_files_named_like_what_tools_leave_block_a_replacement(tmp_path, wh
     import fsspec
 
     content = b'{"compressor": "zstd"}'
+    if name == "zarr.json.list":
+        name, content = "notes/zarr.json", b'["my", "notes"]'
     if where == "local":
         image = str(tmp_path / "img.zarr")
         lg.write_ome_zarr(image, volume(), levels=1, device="cpu")
@@ -607,6 +616,50 @@ def test_a_remote_replacement_cut_short_leaves_a_store_that_refuses_to_open(
         lg.open_ome_zarr(url)
     lg.write_ome_zarr(url, data * 2, levels=2, version=version, device="cpu", overwrite=True)
     np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], data * 2)
+
+
+def test_label_images_refuse_to_open_after_a_replacement_cut_short(monkeypatch):
+    """A label image's chunks go with its image's: it is marked unfinished too, however it
+    is reached (its own URL, or the image's labels)."""
+    from zarr.storage import FsspecStore
+
+    url = f"memory://labels-cut-{os.getpid()}.ome.zarr"
+    lg.write_ome_zarr(url, volume(), levels=1, device="cpu")
+    lg.write_labels(url, "cells", (volume() % 3 + 1).astype("u1"), chunks=(4, 8, 8))
+    zarr.consolidate_metadata(url)  # readers that trust the copy must see the mark too
+    delete, deleted = FsspecStore.delete, []
+
+    async def dropped(self, key):
+        if len(deleted) == 6:
+            raise ConnectionError("connection dropped")
+        deleted.append(key)
+        return await delete(self, key)
+
+    monkeypatch.setattr(FsspecStore, "delete", dropped)
+    with pytest.raises(lg.RemoteStoreError):
+        lg.write_ome_zarr(url, volume(seed=2), levels=1, device="cpu", overwrite=True)
+    monkeypatch.setattr(FsspecStore, "delete", delete)
+    assert any("labels/cells" in key for key in deleted)
+    with pytest.raises(lg.IncompleteStoreError):
+        lg.open_ome_zarr(f"{url}/labels/cells")
+    with pytest.raises(lg.IncompleteStoreError):
+        lg.open_ome_zarr(url)
+
+
+def test_a_replacement_whose_mark_cannot_be_written_deletes_nothing(monkeypatch):
+    from zarr.storage import FsspecStore
+
+    url = f"memory://unmarked-{os.getpid()}.ome.zarr"
+    lg.write_ome_zarr(url, volume(), levels=1, device="cpu")
+
+    async def refused(self, key, value, *args, **kwargs):
+        raise ConnectionError("connection dropped")
+
+    monkeypatch.setattr(FsspecStore, "set", refused)
+    with pytest.raises(lg.RemoteStoreError):
+        lg.write_ome_zarr(url, volume(seed=2), levels=1, device="cpu", overwrite=True)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], volume())
 
 
 def test_a_replacement_cut_short_keeps_the_level_list_for_the_next_try(monkeypatch):
@@ -1366,6 +1419,16 @@ def test_file_managers_litter_does_not_block_a_replacement(store, litter):
         where.write_bytes(b"\x00")
     img = lg.write_ome_zarr(store, volume(seed=2), overwrite=True, levels=1)
     np.testing.assert_array_equal(img[0][...], volume(seed=2))
+
+
+@pytest.mark.parametrize("content", [b'{"project": "thesis"}', b'["a", "list"]', b"notes"])
+def test_a_folder_whose_zarr_json_is_a_users_file_is_not_replaced(tmp_path, content):
+    target = tmp_path / "proj"
+    target.mkdir()
+    (target / "zarr.json").write_bytes(content)
+    with pytest.raises(lg.StoreExistsError, match="zarr.json"):
+        lg.write_ome_zarr(target, volume(), levels=1, overwrite=True)
+    assert (target / "zarr.json").read_bytes() == content
 
 
 @pytest.mark.parametrize("folder", ["._backup", ".DS_Store", ".nfs0000abcd"])
