@@ -514,6 +514,23 @@ def test_overwrite_never_deletes_an_array_that_is_not_a_level(tmp_path, where):
     assert zarr.open_array(f"{image}/labels/cells/extra", mode="r")[0] == 7
 
 
+def _connection_dropped_after(n, monkeypatch):
+    """Object-store deletions that fail (a dropped connection) after ``n`` objects: the
+    keys deleted until then (``monkeypatch.undo()`` ends it)."""
+    from zarr.storage import FsspecStore
+
+    delete, deleted = FsspecStore.delete, []
+
+    async def dropped(self, key):
+        if len(deleted) == n:
+            raise ConnectionError("connection dropped")
+        deleted.append(key)
+        return await delete(self, key)
+
+    monkeypatch.setattr(FsspecStore, "delete", dropped)
+    return deleted
+
+
 def _failing_at_the_last_block(shape, dtype):
     """A dask volume whose last block fails to compute: a write of it is interrupted."""
     import dask.array as da
@@ -593,23 +610,14 @@ def test_a_remote_replacement_cut_short_leaves_a_store_that_refuses_to_open(
     root last: a replacement interrupted among them (a dropped connection) leaves a store
     that says it is incomplete, not one whose deleted chunks read as the fill value, and
     writing again replaces it."""
-    from zarr.storage import FsspecStore
 
     url = f"memory://cut-short-{os.getpid()}-{version}-{stop_after}.ome.zarr"
     data = volume() + 1  # no zeros: a deleted chunk would read as 0
     lg.write_ome_zarr(url, data, chunks=(8, 16, 16), levels=2, version=version, device="cpu")
-    delete, deleted = FsspecStore.delete, []
-
-    async def dropped(self, key):
-        if len(deleted) == stop_after:
-            raise ConnectionError("connection dropped")
-        deleted.append(key)
-        return await delete(self, key)
-
-    monkeypatch.setattr(FsspecStore, "delete", dropped)
+    deleted = _connection_dropped_after(stop_after, monkeypatch)
     with pytest.raises(lg.RemoteStoreError):
         lg.write_ome_zarr(url, data * 2, levels=2, version=version, device="cpu", overwrite=True)
-    monkeypatch.setattr(FsspecStore, "delete", delete)
+    monkeypatch.undo()
     documents = ("zarr.json", ".zarray", ".zattrs", ".zgroup")
     assert not any(key.endswith(documents) for key in deleted[:4]), deleted  # chunks first
     with pytest.raises(lg.IncompleteStoreError):
@@ -621,24 +629,15 @@ def test_a_remote_replacement_cut_short_leaves_a_store_that_refuses_to_open(
 def test_label_images_refuse_to_open_after_a_replacement_cut_short(monkeypatch):
     """A label image's chunks go with its image's: it is marked unfinished too, however it
     is reached (its own URL, or the image's labels)."""
-    from zarr.storage import FsspecStore
 
     url = f"memory://labels-cut-{os.getpid()}.ome.zarr"
     lg.write_ome_zarr(url, volume(), levels=1, device="cpu")
     lg.write_labels(url, "cells", (volume() % 3 + 1).astype("u1"), chunks=(4, 8, 8))
     zarr.consolidate_metadata(url)  # readers that trust the copy must see the mark too
-    delete, deleted = FsspecStore.delete, []
-
-    async def dropped(self, key):
-        if len(deleted) == 6:
-            raise ConnectionError("connection dropped")
-        deleted.append(key)
-        return await delete(self, key)
-
-    monkeypatch.setattr(FsspecStore, "delete", dropped)
+    deleted = _connection_dropped_after(6, monkeypatch)
     with pytest.raises(lg.RemoteStoreError):
         lg.write_ome_zarr(url, volume(seed=2), levels=1, device="cpu", overwrite=True)
-    monkeypatch.setattr(FsspecStore, "delete", delete)
+    monkeypatch.undo()
     assert any("labels/cells" in key for key in deleted)
     with pytest.raises(lg.IncompleteStoreError):
         lg.open_ome_zarr(f"{url}/labels/cells")
@@ -665,7 +664,6 @@ def test_a_replacement_whose_mark_cannot_be_written_deletes_nothing(monkeypatch)
 def test_a_replacement_cut_short_keeps_the_level_list_for_the_next_try(monkeypatch):
     """Levels not named 0, 1, ... (ngff-zarr's scale0/image) are still known as the
     store's own when a replacement is tried again."""
-    from zarr.storage import FsspecStore
 
     url = f"memory://named-levels-{os.getpid()}.ome.zarr"
     lg.write_ome_zarr(url, volume(), levels=1, device="cpu")
@@ -675,18 +673,10 @@ def test_a_replacement_cut_short_keeps_the_level_list_for_the_next_try(monkeypat
     meta["multiscales"][0]["datasets"][0]["path"] = "scale0/image"
     root.attrs["ome"] = meta
     del root["0"]
-    delete, deleted = FsspecStore.delete, []
-
-    async def dropped(self, key):
-        if len(deleted) == 1:
-            raise ConnectionError("connection dropped")
-        deleted.append(key)
-        return await delete(self, key)
-
-    monkeypatch.setattr(FsspecStore, "delete", dropped)
+    _connection_dropped_after(1, monkeypatch)
     with pytest.raises(lg.RemoteStoreError):
         lg.write_ome_zarr(url, volume(seed=2), levels=1, device="cpu", overwrite=True)
-    monkeypatch.setattr(FsspecStore, "delete", delete)
+    monkeypatch.undo()
     lg.write_ome_zarr(url, volume(seed=2), levels=1, device="cpu", overwrite=True)
     np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], volume(seed=2))
 
