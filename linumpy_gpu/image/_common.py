@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from linumpy_gpu.errors import IncompleteStoreError
+from linumpy_gpu.errors import IncompleteStoreError, InvalidMetadataError
 from linumpy_gpu.io.files import INCOMPLETE_MARKER
+from linumpy_gpu.io.stores import translated_errors
 
 
 def join(*parts: str) -> str:
@@ -45,3 +46,17 @@ def refuse_unfinished(attrs: Mapping[str, Any], where: str) -> None:
             "a finished write (a linumpy_gpu write of this store was "
             "interrupted before its metadata was written; rewrite it with overwrite=True)",
         )
+
+
+def child_group(group: Any, path: str, where: str) -> Any | None:
+    """The zarr group at ``path`` below ``group`` (``where``: its location, for messages),
+    or None where nothing is there; metadata zarr refuses and an array in its place are
+    :class:`InvalidMetadataError`."""
+    with translated_errors(where, metadata=True):
+        try:
+            child = group[path]
+        except KeyError:
+            return None
+    if not hasattr(child, "attrs") or hasattr(child, "dtype"):
+        raise InvalidMetadataError(where, "path", "a zarr group", "an array")
+    return child

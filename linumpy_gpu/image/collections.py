@@ -10,7 +10,7 @@ import numpy as np
 from linumpy_gpu import config, ngff
 from linumpy_gpu.backends.base import Backend
 from linumpy_gpu.errors import InvalidMetadataError, NotFoundError
-from linumpy_gpu.image._common import join
+from linumpy_gpu.image._common import child_group, join
 from linumpy_gpu.image.multiscale import MultiscaleImage
 from linumpy_gpu.io.stores import translated_errors
 
@@ -107,12 +107,11 @@ class Plate:
         if not isinstance(path, str) or path not in {w.path for w in self.meta.wells}:
             shown = [w.path for w in self.meta.wells[:20]]
             raise NotFoundError(f"plate '{self.path}' has no well {path!r}; it has {shown}")
-        try:
-            group = self.group[path]
-        except KeyError:
+        group = child_group(self.group, path, join(self.path, path))
+        if group is None:
             raise InvalidMetadataError(
                 self.path, "plate.wells", f"a well group at '{path}'", "nothing"
-            ) from None
+            )
         with config.set(config.layered(self._settings)):
             return Well(group, join(self.path, path), self.backend)
 
@@ -150,10 +149,7 @@ class SeriesCollection:
         self.series_paths = self._series_paths()
 
     def _series_paths(self) -> list[str]:
-        try:
-            ome = self.group["OME"]
-        except KeyError:
-            ome = None
+        ome = child_group(self.group, "OME", join(self.path, "OME"))
         if ome is not None:
             with translated_errors(join(self.path, "OME"), metadata=True):
                 block, _ = ngff.ome_block(dict(ome.attrs), ome.metadata.zarr_format)
@@ -163,10 +159,11 @@ class SeriesCollection:
         paths = []
         i = 0
         while True:
-            try:
-                self.group[str(i)]
-            except KeyError:
-                break
+            with translated_errors(join(self.path, str(i)), metadata=True):
+                try:
+                    self.group[str(i)]
+                except KeyError:
+                    break
             paths.append(str(i))
             i += 1
         return paths
@@ -243,12 +240,8 @@ def _open_child(
     group: Any, path: str, where: str, backend: Backend, settings: config.Settings
 ) -> MultiscaleImage:
     """The multiscale image at ``path`` below ``group``, reading with ``settings``."""
-    with translated_errors(where, metadata=True):
-        try:
-            child = group[path]
-        except KeyError as exc:
-            raise InvalidMetadataError(where, "path", "a zarr group", "nothing") from exc
-    if not hasattr(child, "attrs") or hasattr(child, "dtype"):
-        raise InvalidMetadataError(where, "path", "a zarr group", "an array")
+    child = child_group(group, path, where)
+    if child is None:
+        raise InvalidMetadataError(where, "path", "a zarr group", "nothing")
     with config.set(config.layered(settings)):
         return MultiscaleImage(child, where, backend)

@@ -24,7 +24,13 @@ from linumpy_gpu.errors import (
     WriteError,
     warn,
 )
-from linumpy_gpu.image._common import dtype_text, format_bytes, join, refuse_unfinished
+from linumpy_gpu.image._common import (
+    child_group,
+    dtype_text,
+    format_bytes,
+    join,
+    refuse_unfinished,
+)
 from linumpy_gpu.image.level import Level
 from linumpy_gpu.io.stores import nested_by_spec, translated_errors
 from linumpy_gpu.progress import progress_bar
@@ -491,12 +497,11 @@ class Labels(Mapping[str, MultiscaleImage]):
         self._opened: dict[tuple[str, config.Settings], MultiscaleImage] = {}
         self._group: Any = None
         self.names: tuple[str, ...] = ()
-        try:
-            group = image.group["labels"]
-        except KeyError:
+        where = join(image.path, "labels")
+        group = child_group(image.group, "labels", where)
+        if group is None:
             return
         block, _ = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
-        where = join(image.path, "labels")
         self.names = ngff.parse_labels_group(block, where) if "labels" in block else ()
         self._group = group
 
@@ -508,15 +513,14 @@ class Labels(Mapping[str, MultiscaleImage]):
         settings = config.layered(self._image._settings)
         if (name, settings) not in self._opened:
             where = join(self._image.path, "labels", name)
-            try:
-                group = self._group[name]
-            except KeyError:
+            group = child_group(self._group, name, where)
+            if group is None:
                 raise InvalidMetadataError(
                     join(self._image.path, "labels"),
                     "labels",
                     f"a label group at '{name}'",
                     "nothing",
-                ) from None
+                )
             with config.set(settings):
                 label = MultiscaleImage(group, where, self._image.backend)
             if label.image_label is None:

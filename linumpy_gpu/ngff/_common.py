@@ -576,7 +576,7 @@ def parse_plate(
         field = f"plate.wells[{i}]"
         raw_path = w.get("path") if isinstance(w, Mapping) else None
         parts = raw_path.split("/") if isinstance(raw_path, str) else []
-        if len(parts) != 2:
+        if len(parts) != 2 or not is_child_path(raw_path):
             raise InvalidMetadataError(where, f"{field}.path", "a 'row/column' path", raw_path)
         path = str(raw_path)
         row_name, col_name = parts

@@ -674,3 +674,56 @@ def test_a_child_forked_after_reads_reads_too(tmp_path):
     child.join(600)  # a guard against the hang this test is about, not a speed limit
     assert child.exitcode == 0
     assert queue.get(timeout=60) == expected
+
+
+def _plate(path):
+    """A one-well NGFF 0.5 plate written by ome-zarr-py: its well group at A/1."""
+    from ome_zarr.format import FormatV05
+    from ome_zarr.writer import write_image, write_plate_metadata, write_well_metadata
+
+    group = zarr.open_group(str(path), mode="w", zarr_format=3)
+    write_plate_metadata(group, ["A"], ["1"], ["A/1"], fmt=FormatV05())
+    well = group.require_group("A").require_group("1")
+    write_well_metadata(well, [{"path": "0"}], fmt=FormatV05())
+    write_image(
+        volume((8, 8)), well.require_group("0"), axes="yx", fmt=FormatV05(), scale_factors=()
+    )
+    return path
+
+
+@pytest.mark.parametrize("damage", ["{not json", "[1]", '{"zarr_format": 7, "node_type": "group"}'])
+def test_damaged_groups_between_an_image_and_its_parts_are_typed_errors(tmp_path, damage):
+    """The labels group, a label image, a plate's well and a bioformats2raw collection's
+    OME group: metadata zarr refuses there is an InvalidMetadataError naming the node."""
+    pytest.importorskip("ome_zarr", reason="ome-zarr-py writes the plate")
+    image = tmp_path / "img.ome.zarr"
+    small_store(image, levels=1)
+    lg.write_labels(image, "cells", np.zeros((16, 32, 32), np.uint8))
+    (image / "labels" / "cells" / "zarr.json").write_text(damage)
+    with pytest.raises(lg.InvalidMetadataError, match="labels/cells"):
+        lg.open_ome_zarr(image).labels["cells"]
+    (image / "labels" / "zarr.json").write_text(damage)
+    with pytest.raises(lg.InvalidMetadataError, match="labels"):
+        _ = lg.open_ome_zarr(image).labels
+
+    plate = _plate(tmp_path / "plate.zarr")
+    (plate / "A" / "1" / "zarr.json").write_text(damage)
+    with pytest.raises(lg.InvalidMetadataError, match="A/1"):
+        lg.open_ome_zarr(plate)["A/1"]
+
+    collection = tmp_path / "b2r.zarr"
+    root = zarr.open_group(str(collection), mode="w", zarr_format=3)
+    root.attrs["ome"] = {"version": "0.5", "bioformats2raw.layout": 3}
+    small_store(collection / "0", levels=1)
+    (collection / "OME").mkdir()
+    (collection / "OME" / "zarr.json").write_text(damage)
+    with pytest.raises(lg.InvalidMetadataError, match="OME"):
+        lg.open_ome_zarr(collection)
+
+
+def test_a_labels_node_that_is_an_array_is_a_typed_error(tmp_path):
+    image = tmp_path / "img.ome.zarr"
+    small_store(image, levels=1)
+    zarr.create_array(str(image / "labels"), shape=(2,), dtype="u1").attrs["labels"] = ["c"]
+    with pytest.raises(lg.InvalidMetadataError, match="an array"):
+        _ = lg.open_ome_zarr(image).labels

@@ -208,3 +208,20 @@ def test_plate_and_well():
         "/p/B/3",
     )
     assert [f.path for f in well.images] == ["0", "1"]
+
+
+@pytest.mark.parametrize("path", ["A/..", "./1", "A/."])
+def test_well_paths_stay_inside_the_plate_in_every_version(path):
+    """0.1-0.3 take any row and column names; '.' and '..' would leave the plate."""
+    row, column = path.split("/")
+    for version in ("0.2", "0.3"):
+        block = {
+            "plate": {
+                "version": version,
+                "rows": [{"name": row}],
+                "columns": [{"name": column}],
+                "wells": [{"path": path, "rowIndex": 0, "columnIndex": 0}],
+            }
+        }
+        with pytest.raises(InvalidMetadataError, match="row/column"):
+            parse_plate(block, version, "plate")
