@@ -799,6 +799,7 @@ def _convert_into(
     """Write ``src`` as the image at ``dst``; returns the number of levels, whether the
     lower levels were copied, and the number of label images. ``store_name`` labels the
     progress bars."""
+    from linumpy_gpu.errors import InvalidArgumentError
     from linumpy_gpu.write import write_labels, write_ome_zarr
 
     chunks, shards = _layout(src, args.chunks, args.shards, args.ngff_version)
@@ -845,6 +846,11 @@ def _convert_into(
                 step = tuple(
                     f if size > 1 else 1 for f, size in zip(factors[-1], shape, strict=True)
                 )
+                if all(f == 1 for f in step):  # one voxel along every reduced axis
+                    raise InvalidArgumentError(
+                        f"--levels {n}: level 0 of shape {src.levels[0].shape} reduces to "
+                        f"{shape} in {len(levels) + 1} levels; at most that many"
+                    )
                 levels.append(step)
                 shape = tuple(-(-size // f) for size, f in zip(shape, step, strict=True))
             _note(f"levels beyond the source's are reduced by its last factors {factors[-1]}")

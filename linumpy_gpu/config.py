@@ -161,6 +161,9 @@ def _parse(name: str, raw: str) -> Any:
         raise ConfigError(f"{variable}={raw!r} is not {noun}") from None
 
 
+_INT_LIMIT = 1 << 63
+
+
 def _check(name: str, value: Any) -> Any:
     kind, minimum = _SPEC[name]
     optional = kind.endswith("?")
@@ -169,15 +172,18 @@ def _check(name: str, value: Any) -> Any:
         return None
     if isinstance(value, np.integer | np.floating | np.bool_):
         value = value.item()  # numpy numbers count as the Python numbers they hold
-    ok = {
-        "bool": isinstance(value, bool),
-        "int": isinstance(value, int) and not isinstance(value, bool),
-        "float": isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value),
-        "str": isinstance(value, str) and bool(value),
-        "choice": value in _CHOICES.get(name, ()),
-    }[kind]
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "int":
+        # (an int past 2**63 would reach the C code of thread pools and allocators)
+        ok = number and isinstance(value, int) and value < _INT_LIMIT
+    elif kind == "float":
+        ok = number and abs(value) < _INT_LIMIT and math.isfinite(value)
+    elif kind == "str":
+        ok = isinstance(value, str) and bool(value)
+    else:
+        ok = value in _CHOICES.get(name, ())
     if ok and kind in ("int", "float") and not value >= minimum:  # also refuses nan
         ok = False
     if not ok:
@@ -239,6 +245,9 @@ def set(settings: Settings | Mapping[str, Any] | None = None, **changes: Any) ->
         new = settings.replace(**changes)
         given = frozenset(names())
     elif settings is None or isinstance(settings, Mapping):
+        odd = [key for key in settings or {} if not isinstance(key, str)]
+        if odd:
+            raise ConfigError(f"setting names are text, got {odd!r}; known: {names()}")
         merged = {**dict(settings or {}), **changes}
         new = get().replace(**merged)
         given = frozenset(merged)

@@ -467,6 +467,17 @@ def test_convert_keeps_the_attributes_it_does_not_model(
     np.testing.assert_array_equal(lg.open_ome_zarr(dst)[0][...], lg.open_ome_zarr(src)[0][...])
 
 
+def test_convert_refuses_more_levels_than_the_volume_reduces_to(tmp_path, capsys):
+    src = tmp_path / "src.zarr"
+    lg.write_ome_zarr(src, _volume((16, 16, 16)), axes="zyx", levels=2)
+    assert main(["--no-progress", "convert", "--levels", "6", str(src), str(tmp_path / "d")]) == 2
+    assert "reduces to (1, 1, 1) in 5 levels" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+    assert main(["--no-progress", "convert", "--levels", "5", str(src), str(tmp_path / "d")]) == 0
+    shapes = [lv.shape for lv in lg.open_ome_zarr(tmp_path / "d").levels]
+    assert shapes == [(16, 16, 16), (8, 8, 8), (4, 4, 4), (2, 2, 2), (1, 1, 1)]
+
+
 def test_convert_a_large_volume_uses_64_cubed_chunks_in_256x512x512_shards(tmp_path):
     src = tmp_path / "big.zarr"
     lg.write_ome_zarr(src, np.zeros((300, 600, 520), "u1"), axes="zyx", chunks=(100, 200, 520))

@@ -85,6 +85,24 @@ def test_settings_objects_are_checked_as_changes_are(changes):
         Settings(**changes)
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [{"io_threads": 10**400}, {"pinned_bytes": 10**400}, {"scratch_fraction": 10**400}],
+)
+def test_numbers_too_large_for_the_machine_are_refused(changes):
+    with pytest.raises(lg.ConfigError), lg.config.set(**changes):
+        pass
+    name, value = next(iter(changes.items()))
+    with pytest.raises(lg.ConfigError, match=name):
+        Settings.from_environment({f"LINUMPY_GPU_{name.upper()}": str(value)})
+
+
+@pytest.mark.parametrize("key", [1, None])
+def test_setting_names_that_are_not_text_are_refused(key):
+    with pytest.raises(lg.ConfigError, match="setting names are text"), lg.config.set({key: 4}):
+        pass
+
+
 @pytest.mark.parametrize("settings", ["io_threads=8", ["io_threads"], 5])
 def test_settings_that_are_not_a_mapping_are_refused(settings):
     with pytest.raises(lg.ConfigError, match="mapping"), lg.config.set(settings):
