@@ -999,7 +999,7 @@ def _layout(
             f"--chunks has {len(chunks)} values for the {ndim} axes {list(src.axis_names)}"
         )
     if isinstance(shards, tuple) and version == "0.4":
-        raise InvalidArgumentError("--shards needs zarr v3: --version 0.5 (or 0.6)")
+        raise InvalidArgumentError("--shards needs zarr v3: --version 0.5")
     if isinstance(shards, tuple) and len(shards) != ndim:
         raise InvalidArgumentError(
             f"--shards has {len(shards)} values for the {ndim} axes {list(src.axis_names)}"
