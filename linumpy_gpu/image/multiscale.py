@@ -498,6 +498,12 @@ class Labels(Mapping[str, MultiscaleImage]):
         self._group: Any = None
         self.names: tuple[str, ...] = ()
         where = join(image.path, "labels")
+        with translated_errors(where, metadata=True):
+            node = image.group.get("labels")
+        if node is not None and hasattr(node, "dtype"):
+            # an array of the user's under the name NGFF gives the labels group
+            warn(f"{where} is an array, not a labels group: no label images", MetadataWarning)
+            return
         group = child_group(image.group, "labels", where)
         if group is None:
             return

@@ -721,9 +721,12 @@ def test_damaged_groups_between_an_image_and_its_parts_are_typed_errors(tmp_path
         lg.open_ome_zarr(collection)
 
 
-def test_a_labels_node_that_is_an_array_is_a_typed_error(tmp_path):
+def test_a_labels_node_that_is_an_array_holds_no_label_images(tmp_path):
     image = tmp_path / "img.ome.zarr"
     small_store(image, levels=1)
     zarr.create_array(str(image / "labels"), shape=(2,), dtype="u1").attrs["labels"] = ["c"]
-    with pytest.raises(lg.InvalidMetadataError, match="an array"):
-        _ = lg.open_ome_zarr(image).labels
+    with pytest.warns(lg.MetadataWarning, match="an array, not a labels group"):
+        labels = lg.open_ome_zarr(image).labels
+    assert labels.names == ()
+    with pytest.raises(lg.NotFoundError):
+        labels["c"]
