@@ -503,7 +503,10 @@ def _remove_store(store: Any, path: str, keys: list[str]) -> None:
         _mark_unfinished(store, f"{path}/{label}" if path else label)
     if marked:
         _consolidate_again(store, path)
-    roots = [k for k in keys if k in documents]
+    # the root's consolidated copy before its attributes, its node type last: a deletion
+    # cut short among them leaves a plain group (replaced when tried again)
+    rank = {".zmetadata": 0, ".zattrs": 1}
+    roots = sorted((k for k in keys if k in documents), key=lambda k: rank.get(k, 2))
     # metadata of the nodes below, deepest first: what is left at any point is nodes
     # whose objects are all theirs
     below = sorted(

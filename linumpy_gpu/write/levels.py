@@ -13,6 +13,7 @@ from linumpy_gpu.engine.pyramid import BLOCK_LOCAL, downsample, update_level, wr
 from linumpy_gpu.engine.writer import ChunkedArrayWriter
 from linumpy_gpu.errors import LinumpyGpuError, WriteError
 from linumpy_gpu.io.files import INCOMPLETE_MARKER, STAGING_SUFFIX, destination_of
+from linumpy_gpu.io.stores import translated_errors
 from linumpy_gpu.progress import progress_bar
 from linumpy_gpu.write.plan import ImagePlan
 
@@ -31,7 +32,8 @@ def write_image(
     """Every level of ``data`` into the group ``root``, then its metadata (last: until it
     lands, the group does not open as an OME-Zarr image). ``label`` names the write on the
     progress bar (default: the last part of ``where``)."""
-    root.attrs.put({INCOMPLETE_MARKER: {"write_in_progress": True}})
+    with translated_errors(where):
+        root.attrs.put({INCOMPLETE_MARKER: {"write_in_progress": True}})
     bar = _progress_bar(progress, plan, label or os.path.basename(where))
     written: list[str] = []
     try:
@@ -54,7 +56,8 @@ def write_image(
     finally:
         if bar is not None:
             bar.close()
-    root.attrs.put(plan.attributes)
+    with translated_errors(where):
+        root.attrs.put(plan.attributes)
 
 
 def _create_level(root: Any, i: int, shape: tuple[int, ...], plan: ImagePlan) -> Any:

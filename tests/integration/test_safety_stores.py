@@ -645,6 +645,49 @@ def test_label_images_refuse_to_open_after_a_replacement_cut_short(monkeypatch):
         lg.open_ome_zarr(url)
 
 
+@pytest.mark.parametrize("failing", [2, 3])  # the root's mark, then its final metadata
+def test_a_root_metadata_write_that_fails_is_a_typed_error(monkeypatch, failing):
+    from zarr.storage import FsspecStore
+
+    url = f"memory://root-set-{os.getpid()}-{failing}.ome.zarr"
+    set_, roots = FsspecStore.set, []
+
+    async def dropped(self, key, value, *args, **kwargs):
+        if key == "zarr.json":
+            roots.append(key)
+            if len(roots) == failing:
+                raise ConnectionError("connection dropped")
+        return await set_(self, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(FsspecStore, "set", dropped)
+    with pytest.raises(lg.RemoteStoreError):
+        lg.write_ome_zarr(url, volume(), levels=1, device="cpu")
+    monkeypatch.undo()
+    with pytest.raises(lg.LinumpyGpuError):
+        lg.open_ome_zarr(url)
+    lg.write_ome_zarr(url, volume(), levels=1, device="cpu", overwrite=True)
+    np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], volume())
+
+
+def test_a_consolidated_v2_store_cut_short_at_its_last_object_is_replaced(monkeypatch):
+    """The root's consolidated copy goes before its attributes and its .zgroup: what a
+    deletion cut short leaves is a plain group, which a retry replaces."""
+    import fsspec
+
+    url = f"memory://consolidated-last-{os.getpid()}.ome.zarr"
+    lg.write_ome_zarr(url, volume(), levels=2, version="0.4", device="cpu")
+    zarr.consolidate_metadata(url)
+    objects = fsspec.filesystem("memory").find(url[len("memory:/") :])
+    _connection_dropped_after(len(objects) - 1, monkeypatch)
+    with pytest.raises(lg.RemoteStoreError):
+        lg.write_ome_zarr(
+            url, volume(seed=2), levels=2, version="0.4", device="cpu", overwrite=True
+        )
+    monkeypatch.undo()
+    lg.write_ome_zarr(url, volume(seed=2), levels=2, version="0.4", device="cpu", overwrite=True)
+    np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], volume(seed=2))
+
+
 def test_a_replacement_whose_mark_cannot_be_written_deletes_nothing(monkeypatch):
     from zarr.storage import FsspecStore
 
