@@ -499,13 +499,12 @@ class Labels(Mapping[str, MultiscaleImage]):
         self.names: tuple[str, ...] = ()
         where = join(image.path, "labels")
         with translated_errors(where, metadata=True):
-            node = image.group.get("labels")
-        if node is not None and hasattr(node, "dtype"):
+            group = image.group.get("labels")
+        if group is None:
+            return
+        if hasattr(group, "dtype"):
             # an array of the user's under the name NGFF gives the labels group
             warn(f"{where} is an array, not a labels group: no label images", MetadataWarning)
-            return
-        group = child_group(image.group, "labels", where)
-        if group is None:
             return
         block, _ = ngff.ome_block(dict(group.attrs), group.metadata.zarr_format)
         self.names = ngff.parse_labels_group(block, where) if "labels" in block else ()
