@@ -879,7 +879,12 @@ def _convert_into(
         progress=progress,
         _progress_label=store_name,
     )
-    # lower levels copied (image and labels) under a write-in-progress mark, metadata last
+    # labels and lower levels copied (image and labels) under a write-in-progress mark,
+    # metadata last: a convert cut short leaves an image that does not open, rather than
+    # one that opens as finished without them
+    group = _writable_group(out)
+    if labels or (copy and n > 1):
+        group.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
     written = []
     for name, label in labels:
         lv0 = label.levels[0]
@@ -915,9 +920,6 @@ def _convert_into(
                 args.device,
             )
         written.append((name, label, label_chunks, _writable_group(out_label), out_label.path))
-    group = _writable_group(out)
-    if copy and n > 1:
-        group.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
     for name, label, label_chunks, label_group, where in written:
         n_label = min(n, len(label.levels))
         if len(label.levels) > n:

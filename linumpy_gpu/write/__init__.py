@@ -313,9 +313,14 @@ def write_labels(
     # outside the listing's lock: the refresh takes the lock of each consolidated group
     # above, the labels group's own among them (one lock per file where locks are flock)
     _consolidate_again(store, labels_path)
-    with translated_errors(parent.path):
-        fresh = zarr.open_group(store=store, path=prefix, mode="r", use_consolidated=False)
-    return open_image(fresh, device=backend).labels[name]
+    # opened on its own, not through the parent: a caller that writes the parent's labels
+    # before the parent's metadata (convert) has the parent marked unfinished until then
+    with translated_errors(where, metadata=True):
+        label_group = zarr.open_group(
+            store=store, path=f"{labels_path}/{name}", mode="r", use_consolidated=False
+        )
+    with config.set(config.layered(parent._settings)):
+        return MultiscaleImage(label_group, where, resolve_backend(backend))
 
 
 def _consolidate_again(store: Any, path: str) -> None:

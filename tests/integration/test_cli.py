@@ -770,6 +770,34 @@ def test_convert_failing_midway_leaves_nothing_behind(image_path, tmp_path, caps
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+@pytest.mark.parametrize("pyramid", ["copy", "recompute"])
+def test_convert_to_an_object_store_cut_short_in_the_labels_does_not_open(
+    image_path, capsys, monkeypatch, pyramid
+):
+    """An object store is written in place: until the labels and the lower levels are in,
+    the image is marked unfinished, so a cut leaves a store that is refused, not one that
+    opens as finished without them; a retry with --overwrite replaces it."""
+    import linumpy_gpu.write as write
+
+    dst = f"memory://cut-in-labels-{pyramid}/o.zarr"
+    real = write.write_labels
+
+    def boom(*args, **kwargs):
+        raise OSError("connection reset")
+
+    monkeypatch.setattr(write, "write_labels", boom)
+    assert main(["convert", str(image_path), dst, "--pyramid", pyramid]) == 2
+    assert "may be incomplete" in capsys.readouterr().err
+    with pytest.raises(lg.IncompleteStoreError):
+        lg.open_ome_zarr(dst)
+    monkeypatch.setattr(write, "write_labels", real)
+    assert main(["convert", str(image_path), dst, "--pyramid", pyramid, "--overwrite"]) == 0
+    out, src = lg.open_ome_zarr(dst), lg.open_ome_zarr(image_path)
+    assert len(out.levels) == len(src.levels) == 3
+    assert list(out.labels) == ["nuclei"]
+    np.testing.assert_array_equal(out.labels["nuclei"][0][...], src.labels["nuclei"][0][...])
+
+
 @pytest.mark.parametrize(
     "flag, env, expected",
     [
