@@ -44,6 +44,7 @@ from linumpy_gpu.errors import (
     StoreError,
     warn,
 )
+from linumpy_gpu.io.files import INCOMPLETE_MARKER
 from linumpy_gpu.io.sources import ByteRequest, ByteSource, Runs, merge_ranges, source_for
 from linumpy_gpu.io.stores import translate, translated_errors
 
@@ -340,8 +341,8 @@ class ChunkedArrayReader:
                 )
             if stored != self._stored:
                 raise StoreError(
-                    f"'{self.name}' was replaced since it was opened (its metadata changed); "
-                    "open the store again"
+                    f"'{self.name}' was replaced, or is being replaced, since it was opened "
+                    "(its metadata changed); open the store again"
                 )
             return
         now = self._versions([self._metadata_key])[0]
@@ -358,22 +359,36 @@ class ChunkedArrayReader:
 
     def _stored_layout(self) -> str | None:
         """The array's metadata document as stored now, without its attributes (which may
-        change without the data changing), as comparable text; None where it is gone.
-        One small read, parsed by hand: zarr's own parsing would cost a small read more
-        than the read itself."""
+        change without the data changing) except a write's in-progress mark (a replacement
+        marks each array before it deletes its chunks), as comparable text; None where it
+        is gone. One small read (two at once for zarr v2, whose attributes lie apart),
+        parsed by hand: zarr's own parsing would cost a small read more than the read."""
+        import asyncio
+
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.sync import sync
 
+        store, prototype = self.array.store, default_buffer_prototype()
+        keys = [self._metadata_key]
+        if self.layout.zarr_format == 2:
+            keys.append(self._prefix + ".zattrs")
+
+        async def get_all() -> list[Any]:
+            return list(await asyncio.gather(*(store.get(k, prototype) for k in keys)))
+
         with translated_errors(self.name):
-            raw = sync(self.array.store.get(self._metadata_key, default_buffer_prototype()))
-        if raw is None:
+            raws = sync(get_all())
+        if raws[0] is None:
             return None
         try:
-            document = json.loads(raw.to_bytes())
+            documents = [json.loads(raw.to_bytes()) if raw is not None else {} for raw in raws]
         except ValueError:
             return ""  # not the JSON it was: something else stands there now
+        document = documents[0]
         if isinstance(document, dict):
-            document.pop("attributes", None)
+            attributes = document.pop("attributes", None) if len(keys) == 1 else documents[1]
+            if isinstance(attributes, dict) and INCOMPLETE_MARKER in attributes:
+                document[INCOMPLETE_MARKER] = attributes[INCOMPLETE_MARKER]
         return json.dumps(document, sort_keys=True)
 
     def _versions(self, keys: Sequence[str]) -> list[Hashable | None]:

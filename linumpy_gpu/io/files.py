@@ -245,7 +245,8 @@ def replace_refusal(
             parts = relative.split("/")
             node_v3, node_v2 = read(node, "zarr.json"), read(node, ".zattrs")
             keys = _ome_keys(node_v3, node_v2)
-            if _is_image(keys):
+            # a level marked by a replacement cut short is an array, not an image
+            if _is_image(keys) and not _is_array(read, node, node_v3):
                 if not (len(parts) == 2 and parts[0] == "labels"):
                     return f"holds the image at '{node}', which it would delete"
                 levels[relative] = _level_paths(node_v3, node_v2)

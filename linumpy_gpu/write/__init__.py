@@ -486,6 +486,10 @@ def _nodes_and_foreign(
     return list(named.values()), None
 
 
+# the documents that make a node an array (zarr v2), or may (zarr v3)
+_ARRAY_DOCS = ("zarr.json", ".zarray")
+
+
 def _remove_store(store: Any, path: str, keys: list[str]) -> None:
     """Delete the zarr store at ``path`` of ``store`` (``keys``: its objects, relative to
     ``path``), one object at a time. The store and its label images are first marked as a
@@ -507,6 +511,12 @@ def _remove_store(store: Any, path: str, keys: list[str]) -> None:
     for label in label_images:
         _mark_unfinished(store, f"{path}/{label}" if path else label)
     if marked:
+        # each array too, before its chunks go: a reader that opened it before the
+        # replacement checks the array's own metadata after every read (object stores
+        # tell no versions), and refuses a marked one rather than return the deleted
+        # chunks as fill values
+        for node in sorted({k.rpartition("/")[0] for k in keys if k.endswith(_ARRAY_DOCS)}):
+            _mark_unfinished(store, f"{path}/{node}" if path else node, array=True)
         _consolidate_again(store, path)
     # the root's consolidated copy before its attributes, its node type last: a deletion
     # cut short among them leaves a plain group (replaced when tried again)
@@ -530,19 +540,26 @@ def _remove_store(store: Any, path: str, keys: list[str]) -> None:
     sync(remove())
 
 
-def _mark_unfinished(store: Any, path: str) -> bool:
-    """Mark the group at ``path`` as a write in progress, its other attributes kept (a
-    replacement tried again knows the levels it lists). False where no group zarr-python
-    opens stands there; a failure to write the mark raises (nothing is deleted then)."""
+def _mark_unfinished(store: Any, path: str, array: bool = False) -> bool:
+    """Mark the group (``array``: the array) at ``path`` as a write in progress, its other
+    attributes kept (a replacement tried again knows the levels it lists). False where no
+    such node zarr-python opens stands there; a failure to write the mark raises (nothing
+    is deleted then)."""
     try:
-        group = zarr.open_group(store=store, path=path, mode="r+")
+        opened = (zarr.open_array if array else zarr.open_group)(store=store, path=path, mode="r+")
     except Exception as exc:
         names = {c.__name__ for c in type(exc).__mro__}
-        structural = {"GroupNotFoundError", "NodeNotFoundError", "MetadataValidationError"}
+        structural = {
+            "GroupNotFoundError",
+            "ArrayNotFoundError",
+            "NodeNotFoundError",
+            "NodeTypeValidationError",
+            "MetadataValidationError",
+        }
         if names & structural or isinstance(exc, ValueError | TypeError | KeyError):
             return False
         raise
-    group.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
+    opened.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
     return True
 
 

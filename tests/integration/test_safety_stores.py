@@ -626,6 +626,29 @@ def test_a_remote_replacement_cut_short_leaves_a_store_that_refuses_to_open(
     np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], data * 2)
 
 
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_a_handle_opened_before_a_remote_replacement_refuses_its_deleted_chunks(
+    monkeypatch, version
+):
+    """A reader that opened a level before a replacement began (another process, say)
+    and reads while the old chunks are being deleted is refused: each array is marked
+    before its chunks go, and an object store's reader checks its array's metadata after
+    every read. Its deleted chunks never read as the fill value."""
+    url = f"memory://handle-before-{os.getpid()}-{version}.ome.zarr"
+    data = volume() + 1  # no zeros: a deleted chunk would read as 0
+    lg.write_ome_zarr(url, data, chunks=(8, 16, 16), levels=2, version=version, device="cpu")
+    before = lg.open_ome_zarr(url)
+    np.testing.assert_array_equal(before[0][...], data)
+    deleted = _connection_dropped_after(3, monkeypatch)
+    with pytest.raises(lg.RemoteStoreError):
+        lg.write_ome_zarr(url, data * 2, levels=2, version=version, device="cpu", overwrite=True)
+    monkeypatch.undo()
+    assert len(deleted) == 3 and not any(k.endswith((".zarray", "zarr.json")) for k in deleted)
+    for level in before.levels:
+        with pytest.raises(lg.StoreError, match="being replaced"):
+            level[...]
+
+
 def test_label_images_refuse_to_open_after_a_replacement_cut_short(monkeypatch):
     """A label image's chunks go with its image's: it is marked unfinished too, however it
     is reached (its own URL, or the image's labels)."""
