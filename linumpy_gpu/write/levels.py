@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import uuid
 from typing import Any
 
 import numpy as np
@@ -36,8 +37,15 @@ def write_image(
         root.attrs.put({INCOMPLETE_MARKER: {"write_in_progress": True}})
     bar = _progress_bar(progress, plan, label or os.path.basename(where))
     written: list[str] = []
+    # Object stores tell readers no versions: each level carries this write's id, so a
+    # reader that opened the store before it was replaced, and reads across the
+    # replacement, sees its metadata change even where the layout stays the same.
+    write_id = {INCOMPLETE_MARKER: {"write": uuid.uuid4().hex}}
+    attributes = write_id if getattr(root.store, "root", None) is None else None
     try:
-        arrays = [_create_level(root, i, shape, plan) for i, shape in enumerate(plan.shapes)]
+        arrays = [
+            _create_level(root, i, shape, plan, attributes) for i, shape in enumerate(plan.shapes)
+        ]
         is_dask = type(data).__module__.startswith("dask")
         _write_pyramid(arrays, data, plan.factors, plan.method, backend, bar, written, is_dask)
     except LinumpyGpuError:
@@ -60,7 +68,13 @@ def write_image(
         root.attrs.put(plan.attributes)
 
 
-def _create_level(root: Any, i: int, shape: tuple[int, ...], plan: ImagePlan) -> Any:
+def _create_level(
+    root: Any,
+    i: int,
+    shape: tuple[int, ...],
+    plan: ImagePlan,
+    attributes: dict[str, Any] | None = None,
+) -> Any:
     chunks = tuple(min(c, n) for c, n in zip(plan.chunks, shape, strict=True))
     shards = None
     if plan.shards is not None:
@@ -76,6 +90,7 @@ def _create_level(root: Any, i: int, shape: tuple[int, ...], plan: ImagePlan) ->
         chunks=chunks,
         shards=shards,
         fill_value=plan.fill_value,
+        attributes=attributes,
         **plan.codec_kwargs,
         **extra,
     )

@@ -649,6 +649,42 @@ def test_a_handle_opened_before_a_remote_replacement_refuses_its_deleted_chunks(
             level[...]
 
 
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_a_read_across_a_remote_replacement_of_the_same_layout_is_refused(monkeypatch, version):
+    """A read of several batches during which another writer replaces the store with one
+    of the same shape, chunks and codecs would give some batches of each: each write's
+    levels carry its own id, so the reader's check after the read sees the change."""
+    from linumpy_gpu.io.sources import ZarrStoreSource
+
+    url = f"memory://across-{os.getpid()}-{version}.ome.zarr"
+    data = volume() + 1
+    lg.write_ome_zarr(url, data, chunks=(8, 16, 16), levels=1, version=version, device="cpu")
+    before = lg.open_ome_zarr(url)[0]
+    before._reader.batch_bytes = 8 * 16 * 16 * 2  # a batch per chunk
+    fetch, calls = ZarrStoreSource.fetch, []
+
+    def replaced_after_the_first_batch(self, *args, **kwargs):
+        calls.append(None)
+        if len(calls) == 2:
+            lg.write_ome_zarr(
+                url,
+                data * 2,
+                chunks=(8, 16, 16),
+                levels=1,
+                version=version,
+                device="cpu",
+                overwrite=True,
+            )
+        return fetch(self, *args, **kwargs)
+
+    monkeypatch.setattr(ZarrStoreSource, "fetch", replaced_after_the_first_batch)
+    with pytest.raises(lg.StoreError, match="replaced"):
+        before[...]
+    assert len(calls) > 2  # the replacement came between batches of one read
+    monkeypatch.undo()
+    np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], data * 2)
+
+
 def test_label_images_refuse_to_open_after_a_replacement_cut_short(monkeypatch):
     """A label image's chunks go with its image's: it is marked unfinished too, however it
     is reached (its own URL, or the image's labels)."""
