@@ -1306,6 +1306,7 @@ def _copy_levels(
             compressors=first.compressors,
             fill_value=first.fill_value,
             overwrite=True,
+            attributes=dict(first.attrs),  # the write's id on object stores, as level 0's
             **extra,
         )
         writer = ChunkedArrayWriter(array, backend, name=str(array.store_path), locking=False)

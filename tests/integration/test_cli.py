@@ -798,6 +798,16 @@ def test_convert_to_an_object_store_cut_short_in_the_labels_does_not_open(
     np.testing.assert_array_equal(out.labels["nuclei"][0][...], src.labels["nuclei"][0][...])
 
 
+def test_convert_to_an_object_store_gives_copied_levels_the_write_id(image_path):
+    """Readers on object stores see a replacement by each level's write id: copied lower
+    levels carry the id of the write, as level 0 does."""
+    dst = "memory://copied-levels-id/o.zarr"
+    assert main(["convert", str(image_path), dst, "--no-progress"]) == 0
+    group = zarr.open_group(dst, mode="r")
+    ids = {group[str(i)].attrs["linumpy_gpu"]["write"] for i in range(3)}
+    assert len(ids) == 1
+
+
 @pytest.mark.parametrize(
     "flag, env, expected",
     [
