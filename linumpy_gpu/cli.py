@@ -878,13 +878,12 @@ def _convert_into(
         device=args.device,
         progress=progress,
         _progress_label=store_name,
+        _unfinished=True,
     )
-    # labels and lower levels copied (image and labels) under a write-in-progress mark,
-    # metadata last: a convert cut short leaves an image that does not open, rather than
-    # one that opens as finished without them
+    # labels and lower levels copied (image and labels) while the image is still marked
+    # unfinished, its metadata last: a convert cut short leaves an image that does not
+    # open, rather than one that opens as finished without them
     group = _writable_group(out)
-    if labels or (copy and n > 1):
-        group.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
     written = []
     for name, label in labels:
         lv0 = label.levels[0]

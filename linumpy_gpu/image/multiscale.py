@@ -84,13 +84,22 @@ def _inline_stored_parameters(block: dict[str, Any], group: Any, where: str) -> 
 class MultiscaleImage:
     """An OME-NGFF multiscale image: levels, axes, physical transforms, channels, labels."""
 
-    def __init__(self, group: Any, path: str, backend: Backend, *, multiscale_index: int = 0):
+    def __init__(
+        self,
+        group: Any,
+        path: str,
+        backend: Backend,
+        *,
+        multiscale_index: int = 0,
+        _unfinished_ok: bool = False,
+    ):
         self.group = group
         self.path = path
         self.backend = backend
         self._settings = config.get()  # its label images read with those it was opened with
         attrs = dict(group.attrs)
-        refuse_unfinished(attrs, path)  # (label images and fields too, however reached)
+        if not _unfinished_ok:  # the writer of an image it has yet to finish opens it
+            refuse_unfinished(attrs, path)  # (label images and fields too, however reached)
         block, version = ngff.ome_block(attrs, group.metadata.zarr_format)
         if version in ("0.4", "0.5"):
             block = _inline_stored_parameters(block, group, path)

@@ -245,8 +245,10 @@ def replace_refusal(
             parts = relative.split("/")
             node_v3, node_v2 = read(node, "zarr.json"), read(node, ".zattrs")
             keys = _ome_keys(node_v3, node_v2)
-            # a level marked by a replacement cut short is an array, not an image
-            if _is_image(keys) and not _is_array(read, node, node_v3):
+            # the mark alone makes a group an image, not an array (a level marked by a
+            # replacement, or the attributes such a replacement cut short left of one)
+            marked_group = INCOMPLETE_MARKER in keys and _is_group(read, node, node_v3)
+            if "multiscales" in keys or marked_group:
                 if not (len(parts) == 2 and parts[0] == "labels"):
                     return f"holds the image at '{node}', which it would delete"
                 levels[relative] = _level_paths(node_v3, node_v2)
@@ -333,6 +335,10 @@ def _level_paths(v3: dict[str, Any] | None, v2_attributes: dict[str, Any] | None
 
 def _is_array(read: DocumentReader, node: str, v3: dict[str, Any] | None) -> bool:
     return read(node, ".zarray") is not None or (v3 or {}).get("node_type") == "array"
+
+
+def _is_group(read: DocumentReader, node: str, v3: dict[str, Any] | None) -> bool:
+    return read(node, ".zgroup") is not None or (v3 or {}).get("node_type") == "group"
 
 
 # Files a zarr group's folder holds besides its children: metadata documents

@@ -89,6 +89,7 @@ def write_ome_zarr(
     fill_value: float | int | bool = 0,
     _extra_block: dict[str, Any] | None = None,
     _progress_label: str | None = None,
+    _unfinished: bool = False,
 ) -> MultiscaleImage:
     """Write ``data`` (numpy, cupy or dask, 2- to 5-D) as an OME-Zarr multiscale image and
     return it opened.
@@ -161,15 +162,28 @@ def write_ome_zarr(
                 progress,
                 target,
                 _progress_label,
+                _unfinished,
             )
         refresh_consolidated(target)
+        if _unfinished:
+            return _still_unfinished(zarr.storage.LocalStore(target), target, backend)
         return open_image(target, device=backend)
     _check_not_reading_from(data, location.store, "", location.where)
     root = _remote_group(location.store, "", plan, overwrite, location.where)
-    write_image(root, data, plan, backend, progress, location.where, _progress_label)
+    write_image(root, data, plan, backend, progress, location.where, _progress_label, _unfinished)
+    if _unfinished:
+        return _still_unfinished(location.store, location.where, backend)
     if location.protocol is not None:
         return open_image(path, device=backend, storage_options=storage_options)
     return open_image(location.store, device=backend)
+
+
+def _still_unfinished(store: Any, where: str, backend: Any) -> MultiscaleImage:
+    """The image a write left marked unfinished (its caller writes more before the mark
+    goes: convert's label images and copied levels), opened for that caller."""
+    with translated_errors(where, metadata=True):
+        group = zarr.open_group(store=store, mode="r", use_consolidated=False)
+    return MultiscaleImage(group, where, backend, _unfinished_ok=True)
 
 
 def _listed_labels(store: Any, path: str, where: str) -> list[str]:
@@ -516,17 +530,21 @@ def _remove_store(store: Any, path: str, keys: list[str]) -> None:
         # tell no versions), and refuses a marked one rather than return the deleted
         # chunks as fill values
         for node in sorted({k.rpartition("/")[0] for k in keys if k.endswith(_ARRAY_DOCS)}):
-            _mark_unfinished(store, f"{path}/{node}" if path else node, array=True)
+            attributes = f"{node}/.zattrs"
+            if _mark_unfinished(store, f"{path}/{node}" if path else node, array=True) and (
+                f"{node}/.zarray" in keys and attributes not in keys
+            ):
+                keys = [*keys, attributes]  # a v2 array's mark is an object of its own
         _consolidate_again(store, path)
     # the root's consolidated copy before its attributes, its node type last: a deletion
     # cut short among them leaves a plain group (replaced when tried again)
     rank = {".zmetadata": 0, ".zattrs": 1}
     roots = sorted((k for k in keys if k in documents), key=lambda k: rank.get(k, 2))
-    # metadata of the nodes below, deepest first: what is left at any point is nodes
-    # whose objects are all theirs
+    # metadata of the nodes below, deepest first, a v2 node's attributes before its node
+    # type: what is left at any point is nodes whose objects are all theirs
     below = sorted(
         (k for k in keys if k not in documents and k.rpartition("/")[2] in documents),
-        key=lambda k: -k.count("/"),
+        key=lambda k: (-k.count("/"), not k.endswith(".zattrs")),
     )
     chunks = [k for k in keys if k.rpartition("/")[2] not in documents]
     # a root that cannot be marked (no zarr group zarr-python opens) goes first instead:

@@ -19,6 +19,7 @@ from linumpy_gpu.progress import progress_bar
 from linumpy_gpu.write.plan import ImagePlan
 
 # Marks a group whose write has not finished: until the metadata lands it does not open.
+_IN_PROGRESS = {INCOMPLETE_MARKER: {"write_in_progress": True}}
 
 
 def write_image(
@@ -29,12 +30,14 @@ def write_image(
     progress: bool,
     where: str,
     label: str | None = None,
+    unfinished: bool = False,
 ) -> None:
     """Every level of ``data`` into the group ``root``, then its metadata (last: until it
     lands, the group does not open as an OME-Zarr image). ``label`` names the write on the
-    progress bar (default: the last part of ``where``)."""
+    progress bar (default: the last part of ``where``). ``unfinished``: the metadata keeps
+    the write-in-progress mark, for a caller that writes more before it goes."""
     with translated_errors(where):
-        root.attrs.put({INCOMPLETE_MARKER: {"write_in_progress": True}})
+        root.attrs.put(_IN_PROGRESS)
     bar = _progress_bar(progress, plan, label or os.path.basename(where))
     written: list[str] = []
     # Object stores tell readers no versions: each level carries this write's id, so a
@@ -65,7 +68,7 @@ def write_image(
         if bar is not None:
             bar.close()
     with translated_errors(where):
-        root.attrs.put(plan.attributes)
+        root.attrs.put({**plan.attributes, **(_IN_PROGRESS if unfinished else {})})
 
 
 def _create_level(

@@ -798,6 +798,23 @@ def test_convert_to_an_object_store_cut_short_in_the_labels_does_not_open(
     np.testing.assert_array_equal(out.labels["nuclei"][0][...], src.labels["nuclei"][0][...])
 
 
+def test_convert_to_an_object_store_never_shows_a_finished_image_before_its_labels(
+    image_path, monkeypatch
+):
+    """The image convert writes is marked unfinished from its first metadata on: a cut at
+    the first request after level 0 leaves a store that does not open."""
+    import linumpy_gpu.cli as cli
+
+    def dropped(image):
+        raise ConnectionError("connection dropped")
+
+    monkeypatch.setattr(cli, "_writable_group", dropped)
+    dst = "memory://cut-after-level-0/o.zarr"
+    assert main(["convert", str(image_path), dst, "--no-progress"]) == 2
+    with pytest.raises(lg.IncompleteStoreError):
+        lg.open_ome_zarr(dst)
+
+
 def test_convert_to_an_object_store_gives_copied_levels_the_write_id(image_path):
     """Readers on object stores see a replacement by each level's write id: copied lower
     levels carry the id of the write, as level 0 does."""

@@ -685,6 +685,43 @@ def test_a_read_across_a_remote_replacement_of_the_same_layout_is_refused(monkey
     np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], data * 2)
 
 
+def test_a_remote_v2_store_whose_levels_have_no_attributes_is_replaced_without_leftovers():
+    """Levels written without attributes (zarr-python 2, tensorstore): marking them before
+    their chunks go writes a ``.zattrs`` of their own, which goes with them; nothing is
+    left behind to block the next replacement."""
+    import fsspec
+
+    name = f"no-attrs-{os.getpid()}.ome.zarr"
+    url, fs = f"memory://{name}", fsspec.filesystem("memory")
+    data = volume() + 1
+    lg.write_ome_zarr(url, data, chunks=(8, 16, 16), levels=3, version="0.4", device="cpu")
+    for i in range(3):
+        fs.rm(f"/{name}/{i}/.zattrs")
+    lg.write_ome_zarr(url, data * 2, levels=1, version="0.4", device="cpu", overwrite=True)
+    assert not [p for p in fs.find(f"/{name}") if p.startswith((f"/{name}/1/", f"/{name}/2/"))]
+    lg.write_ome_zarr(url, data * 3, levels=1, version="0.4", device="cpu", overwrite=True)
+    np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], data * 3)
+
+
+def test_a_marked_level_attributes_document_left_alone_is_replaced():
+    """What a v2 replacement cut short between a level's two documents leaves (deleting
+    its ``.zarray`` before its ``.zattrs``): the level's marked attributes, no array, under
+    a marked root. A level's leftovers, not an image: the retry replaces them."""
+    import fsspec
+
+    name = f"left-attrs-{os.getpid()}.ome.zarr"
+    url, fs = f"memory://{name}", fsspec.filesystem("memory")
+    data = volume() + 1
+    lg.write_ome_zarr(url, data, chunks=(8, 16, 16), levels=2, version="0.4", device="cpu")
+    mark = {"linumpy_gpu": {"write_in_progress": True}}
+    zarr.open_group(url, mode="r+").attrs.update(mark)
+    for path in fs.find(f"/{name}/0"):
+        fs.rm(path)
+    fs.pipe(f"/{name}/0/.zattrs", json.dumps(mark).encode())
+    lg.write_ome_zarr(url, data * 2, levels=2, version="0.4", device="cpu", overwrite=True)
+    np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], data * 2)
+
+
 def test_label_images_refuse_to_open_after_a_replacement_cut_short(monkeypatch):
     """A label image's chunks go with its image's: it is marked unfinished too, however it
     is reached (its own URL, or the image's labels)."""
