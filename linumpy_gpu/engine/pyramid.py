@@ -33,7 +33,8 @@ def downsample(
     """Reduce ``a`` by integer ``factors`` per axis. Partial edge blocks are reduced over
     the elements they have (no padding), so the shape is ``ceil(n / f)`` per axis.
     ``whole_shape``: where ``a`` is a piece of a larger array, that array's shape, so the
-    piece is reduced exactly as the whole would be (the same float rounding)."""
+    piece is reduced as the whole would be: the same values for integer data; for float
+    data the same to the last bit or two (a piece's sums may run in another order)."""
     if method not in METHODS:
         raise InvalidArgumentError(f"method must be one of {METHODS}, got {method!r}")
     xp = array_module(a)
@@ -357,7 +358,8 @@ def update_level(
         lo = [max(0, s.start - h) for s, h in zip(src, reach, strict=True)]
         hi = [min(n, s.stop + h) for s, h, n in zip(src, reach, source.shape, strict=True)]
         finer = reader.read(tuple(slice(a, b) for a, b in zip(lo, hi, strict=True)))
-        # reduced as the whole level is (the same float rounding as a fresh write)
+        # reduced as the whole level is (as a fresh write: integers exactly, floats to
+        # the last bit or two)
         reduced = downsample(finer, factors, method, whole_shape=source.shape)
         keep = tuple(
             slice((s.start - a) // f, (s.start - a) // f + (d.stop - d.start))
