@@ -18,6 +18,7 @@ reader, exactly as ``level.read`` does.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import math
 import os
@@ -304,21 +305,27 @@ def _as_tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
 
 
 def reader_identity(reader: ChunkedArrayReader) -> tuple[Any, ...]:
-    """What a worker checks the array it opens against: the layout, and for local files
-    the metadata file's inode, size and times (the same on every node of a shared file
-    system; the per-process part of the version left out)."""
+    """What a worker checks the array it opens against: the layout; for local files the
+    metadata file's inode, size and times (the same on every node of a shared file system;
+    the per-process part of the version left out); for stores that tell no versions, the
+    metadata document as stored (with the id of the write that made the array, where
+    linumpy_gpu wrote it)."""
     layout = reader.layout
     version = reader._metadata_version
     stable = tuple(version[:4]) if isinstance(version, tuple) and len(version) == 5 else None
-    return (layout.shape, str(layout.dtype), layout.chunk_shape, layout.shard_shape, stable)
+    shape = (layout.shape, str(layout.dtype), layout.chunk_shape, layout.shard_shape)
+    # a digest: every task of a graph carries it
+    stored = reader._stored
+    digest = hashlib.sha256(stored.encode()).hexdigest()[:32] if stored is not None else None
+    return (*shape, stable, digest)
 
 
 def same_identity(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     """Whether two :func:`reader_identity` values name the same array: the same layout,
-    and the same metadata file where both sides can tell."""
-    if a[:-1] != b[:-1]:
+    and the same metadata file or document where both sides can tell."""
+    if a[:-2] != b[:-2]:
         return False
-    return a[-1] is None or b[-1] is None or a[-1] == b[-1]
+    return all(x is None or y is None or x == y for x, y in zip(a[-2:], b[-2:], strict=True))
 
 
 def worker_cache_info() -> list[dict[str, Any]]:

@@ -722,6 +722,25 @@ def test_a_marked_level_attributes_document_left_alone_is_replaced():
     np.testing.assert_array_equal(lg.open_ome_zarr(url)[0][...], data * 2)
 
 
+def test_dask_tasks_that_open_a_replaced_remote_store_refuse_it():
+    """A task that opens the array itself (a cluster's worker; here, other settings than
+    the level's) after the store was replaced with one of the same layout refuses it,
+    as the level does: the write's id is part of what it checks."""
+    from linumpy_gpu.image.dask import clear_worker_cache
+
+    url = f"memory://dask-replaced-{os.getpid()}.ome.zarr"
+    data = volume() + 1
+    lg.write_ome_zarr(url, data, chunks=(8, 16, 16), levels=1, device="cpu")
+    level = lg.open_ome_zarr(url)[0]
+    with lg.config.set(io_threads=3):  # tasks then open a reader of their own
+        lazy = level.to_dask()
+    np.testing.assert_array_equal(lazy.compute(scheduler="synchronous"), data)
+    lg.write_ome_zarr(url, data * 2, chunks=(8, 16, 16), levels=1, device="cpu", overwrite=True)
+    clear_worker_cache()
+    with pytest.raises(lg.StoreError, match="replaced"):
+        lazy.compute(scheduler="synchronous")
+
+
 def test_label_images_refuse_to_open_after_a_replacement_cut_short(monkeypatch):
     """A label image's chunks go with its image's: it is marked unfinished too, however it
     is reached (its own URL, or the image's labels)."""
