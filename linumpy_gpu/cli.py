@@ -905,6 +905,7 @@ def _convert_into(
                 chunks=label_chunks,
                 overwrite=False,
                 device=args.device,
+                _unfinished=True,  # until its levels are copied and its metadata final
             )
         else:  # labels of another shape (no channel axis, say) or placement: as they are
             label_levels = 1 if copy else (_factors_for(label, out) or 1)
@@ -926,7 +927,6 @@ def _convert_into(
                 f"label image '{name}' has {len(label.levels)} levels; written with the image's {n}"
             )
         if copy and n_label > 1:
-            label_group.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
             _copy_levels(
                 label,
                 label_group,
@@ -1206,6 +1206,7 @@ def _write_label_image(
         overwrite=False,
         device=device,
         _extra_block={"image-label": image_label},
+        _unfinished=True,  # until convert writes its final metadata
     )
     group = _writable_group(out)
     where = join(out.path, "labels")

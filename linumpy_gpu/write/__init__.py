@@ -212,6 +212,7 @@ def write_labels(
     chunks: Sequence[int] | None = None,
     overwrite: bool = False,
     device: Any = "auto",
+    _unfinished: bool = False,
 ) -> MultiscaleImage:
     """Write a label image ``name`` under ``image`` (a path or an opened image): integer
     data of level 0's shape, a pyramid matching the image's ("mode" or "nearest"), the
@@ -294,7 +295,9 @@ def write_labels(
         target = os.path.join(os.fspath(root), *labels_path.split("/"), name)
         _check_destination(target, overwrite, whole=False)
         with translated_errors(target), built_beside(target, overwrite, whole=False) as staging:
-            write_image(_local_group(staging, plan), data, plan, backend, False, target)
+            write_image(
+                _local_group(staging, plan), data, plan, backend, False, target, None, _unfinished
+            )
     else:
         if getattr(store, "read_only", False):
             store = store.with_read_only(False)
@@ -302,7 +305,7 @@ def write_labels(
         label_root = _remote_group(
             store, f"{labels_path}/{name}", plan, overwrite, where, whole=False
         )
-        write_image(label_root, data, plan, backend, False, where)
+        write_image(label_root, data, plan, backend, False, where, None, _unfinished)
     # the listing is read, extended and written back: one writer at a time (other
     # processes too, on a local store), or concurrent label writes lose entries
     listing = (
@@ -334,7 +337,9 @@ def write_labels(
             store=store, path=f"{labels_path}/{name}", mode="r", use_consolidated=False
         )
     with config.set(config.layered(parent._settings)):
-        return MultiscaleImage(label_group, where, resolve_backend(backend))
+        return MultiscaleImage(
+            label_group, where, resolve_backend(backend), _unfinished_ok=_unfinished
+        )
 
 
 def _consolidate_again(store: Any, path: str) -> None:

@@ -815,6 +815,31 @@ def test_convert_to_an_object_store_never_shows_a_finished_image_before_its_labe
         lg.open_ome_zarr(dst)
 
 
+def test_convert_to_an_object_store_cut_before_a_label_image_is_done_leaves_it_refused(
+    image_path, monkeypatch
+):
+    """A label image is marked unfinished from its first metadata on, as the image is: a
+    cut at the labels listing leaves a label image that, opened on its own, is refused
+    rather than read as finished with fewer levels than its source."""
+    from zarr.storage import FsspecStore
+
+    set_, seen = FsspecStore.set, []
+
+    async def cut_at_the_listing(self, key, value, *args, **kwargs):
+        if key == "labels/zarr.json":
+            seen.append(key)
+            if len(seen) == 2:  # the listing, after the labels group was made
+                raise ConnectionError("connection dropped")
+        return await set_(self, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(FsspecStore, "set", cut_at_the_listing)
+    dst = "memory://cut-at-the-listing/o.zarr"
+    assert main(["convert", str(image_path), dst, "--no-progress"]) == 2
+    for opened in (dst, f"{dst}/labels/nuclei"):
+        with pytest.raises(lg.IncompleteStoreError):
+            lg.open_ome_zarr(opened)
+
+
 def test_convert_to_an_object_store_gives_copied_levels_the_write_id(image_path):
     """Readers on object stores see a replacement by each level's write id: copied lower
     levels carry the id of the write, as level 0 does."""
