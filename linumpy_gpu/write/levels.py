@@ -50,7 +50,9 @@ def write_image(
             _create_level(root, i, shape, plan, attributes) for i, shape in enumerate(plan.shapes)
         ]
         is_dask = type(data).__module__.startswith("dask")
-        _write_pyramid(arrays, data, plan.factors, plan.method, backend, bar, written, is_dask)
+        _write_pyramid(
+            arrays, data, plan.factors, plan.method, backend, bar, written, is_dask, where
+        )
     except LinumpyGpuError:
         raise
     except Exception as exc:
@@ -108,11 +110,15 @@ def _write_pyramid(
     bar: Any,
     written: list[str],
     is_dask: bool,
+    where: str,
 ) -> None:
 
     writers = [
-        ChunkedArrayWriter(a, backend, name=destination_of(str(a.store_path)), locking=False)
-        for a in arrays
+        # named as the user named the image (a URL, not the store object's repr)
+        ChunkedArrayWriter(
+            a, backend, name=destination_of(f"{where.rstrip('/')}/{i}"), locking=False
+        )
+        for i, a in enumerate(arrays)
     ]
     if is_dask:
         from linumpy_gpu.write.dask import cluster_client, write_distributed

@@ -741,6 +741,27 @@ def test_dask_tasks_that_open_a_replaced_remote_store_refuse_it():
         lazy.compute(scheduler="synchronous")
 
 
+def test_a_chunk_write_that_fails_on_an_object_store_names_the_url(monkeypatch):
+    """The error names the level as the user named the image (its URL), not the store
+    object's repr."""
+    from zarr.storage import FsspecStore
+
+    set_, chunks = FsspecStore.set, []
+
+    async def dropped_at_the_second_chunk(self, key, value, *args, **kwargs):
+        if "/c/" in key:
+            chunks.append(key)
+            if len(chunks) == 2:
+                raise ConnectionError("connection dropped")
+        return await set_(self, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(FsspecStore, "set", dropped_at_the_second_chunk)
+    url = f"memory://chunk-write-name-{os.getpid()}.ome.zarr"
+    with pytest.raises(lg.ChunkWriteError, match=f"^{url}/0: ") as info:
+        lg.write_ome_zarr(url, volume() + 1, chunks=(8, 16, 16), levels=1, device="cpu")
+    assert "FsspecStore" not in str(info.value)
+
+
 def test_label_images_refuse_to_open_after_a_replacement_cut_short(monkeypatch):
     """A label image's chunks go with its image's: it is marked unfinished too, however it
     is reached (its own URL, or the image's labels)."""
