@@ -41,6 +41,8 @@ ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray", ".zattrs")
 # The attribute a store's root holds while linumpy_gpu writes it where it cannot be built
 # beside (object stores): the store is incomplete until the write removes it.
 INCOMPLETE_MARKER = "linumpy_gpu"
+# the attributes that mark a group or array whose write is under way
+IN_PROGRESS = {INCOMPLETE_MARKER: {"write_in_progress": True}}
 
 
 # Files this process replaced, counted: a reader's cached view of a file (a shard's index)

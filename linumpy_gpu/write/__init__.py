@@ -33,7 +33,7 @@ from linumpy_gpu.errors import (
 )
 from linumpy_gpu.image import Level, MultiscaleImage, open_image
 from linumpy_gpu.io.files import (
-    INCOMPLETE_MARKER,
+    IN_PROGRESS,
     ChunkKeys,
     DocumentReader,
     UnitLocks,
@@ -582,7 +582,7 @@ def _mark_unfinished(store: Any, path: str, array: bool = False) -> bool:
         if names & structural or isinstance(exc, ValueError | TypeError | KeyError):
             return False
         raise
-    opened.attrs.update({INCOMPLETE_MARKER: {"write_in_progress": True}})
+    opened.attrs.update(IN_PROGRESS)
     return True
 
 

@@ -13,13 +13,10 @@ import numpy as np
 from linumpy_gpu.engine.pyramid import BLOCK_LOCAL, downsample, update_level, write_coarser_levels
 from linumpy_gpu.engine.writer import ChunkedArrayWriter
 from linumpy_gpu.errors import LinumpyGpuError, WriteError
-from linumpy_gpu.io.files import INCOMPLETE_MARKER, STAGING_SUFFIX, destination_of
+from linumpy_gpu.io.files import IN_PROGRESS, INCOMPLETE_MARKER, STAGING_SUFFIX, destination_of
 from linumpy_gpu.io.stores import translated_errors
 from linumpy_gpu.progress import progress_bar
 from linumpy_gpu.write.plan import ImagePlan
-
-# Marks a group whose write has not finished: until the metadata lands it does not open.
-_IN_PROGRESS = {INCOMPLETE_MARKER: {"write_in_progress": True}}
 
 
 def write_image(
@@ -37,7 +34,7 @@ def write_image(
     progress bar (default: the last part of ``where``). ``unfinished``: the metadata keeps
     the write-in-progress mark, for a caller that writes more before it goes."""
     with translated_errors(where):
-        root.attrs.put(_IN_PROGRESS)
+        root.attrs.put(IN_PROGRESS)
     bar = _progress_bar(progress, plan, label or os.path.basename(where))
     written: list[str] = []
     # Object stores tell readers no versions: each level carries this write's id, so a
@@ -70,7 +67,7 @@ def write_image(
         if bar is not None:
             bar.close()
     with translated_errors(where):
-        root.attrs.put({**plan.attributes, **(_IN_PROGRESS if unfinished else {})})
+        root.attrs.put({**plan.attributes, **(IN_PROGRESS if unfinished else {})})
 
 
 def _create_level(
