@@ -157,15 +157,6 @@ def _axis_chunks(sel: AxisSelection, chunk: int, size: int) -> _AxisChunks:
     return _AxisChunks(c_, local_start, out_start, out_stop, np.array(whole, dtype=bool))
 
 
-def axis_spans(sel: AxisSelection, chunk: int, size: int) -> list[tuple[int, slice, slice, bool]]:
-    """For one axis: (chunk index, slice in chunk, slice in output, whole) per touched chunk."""
-    spans = _axis_chunks(sel, chunk, size)
-    return [
-        (ci, slice(a, a + (m - k - 1) * sel.step + 1, sel.step), slice(k, m), w)
-        for ci, a, k, m, w in zip(*(f.tolist() for f in spans), strict=True)
-    ]
-
-
 def chunk_plan(
     selection: Selection, shape: tuple[int, ...], chunk_shape: tuple[int, ...]
 ) -> ChunkPlan:
@@ -193,10 +184,3 @@ def chunk_plan(
     n = math.prod(counts)
     coords, chunk_start, chunk_step, out_start, out_stop = table.reshape(5, n, ndim)
     return ChunkPlan(coords, chunk_start, chunk_step, out_start, out_stop, whole.reshape(n))
-
-
-def plan_chunks(
-    selection: Selection, shape: tuple[int, ...], chunk_shape: tuple[int, ...]
-) -> Iterator[ChunkTask]:
-    """Every chunk the selection touches, in C order of the chunk grid, spelled out."""
-    yield from chunk_plan(selection, shape, chunk_shape)

@@ -17,7 +17,7 @@ import zarr
 from linumpy_gpu.backends.base import PLACED, BatchMemory
 from linumpy_gpu.backends.cpu import CpuBackend
 from linumpy_gpu.core.placement import best_fit, fits
-from linumpy_gpu.core.plan import chunk_plan, plan_chunks
+from linumpy_gpu.core.plan import chunk_plan
 from linumpy_gpu.core.selection import normalize_selection
 from linumpy_gpu.engine.batching import output_geometry, plan_batches
 from linumpy_gpu.engine.reader import ChunkedArrayReader
@@ -231,7 +231,7 @@ def test_missing_and_strided_reads_with_borrowed_scratch(tmp_path, host):
 def test_plan_batches_respects_budget_and_order():
     shape, chunks = (64, 32, 32), (4, 8, 8)
     sel = normalize_selection((), shape)
-    tasks = list(plan_chunks(sel, shape, chunks))
+    tasks = list(chunk_plan(sel, shape, chunks))
     work = np.empty(shape, dtype=np.uint16)
     geometry = output_geometry(chunk_plan(sel, shape, chunks), work, chunks, 2, True)
     per_chunk = 4 * 8 * 8 * 2
@@ -321,7 +321,7 @@ def test_region_reads_get_the_region_budget_and_only_what_their_batches_need(tmp
 def test_slots_decoded_in_a_batch_own_output_bytes_make_fewer_batches():
     shape, chunks = (64, 32, 32), (4, 8, 8)
     sel = normalize_selection((), shape)
-    tasks = list(plan_chunks(sel, shape, chunks))
+    tasks = list(chunk_plan(sel, shape, chunks))
     bounds = chunk_plan(sel, shape, chunks)
     geometry = output_geometry(bounds, np.empty(shape, dtype=np.uint16), chunks, 2, True)
     per_chunk = 4 * 8 * 8 * 2
@@ -370,7 +370,7 @@ def test_geometry_marks_only_contiguous_whole_chunks():
     work = np.empty(shape, dtype=np.uint16)
     for chunks, expect_direct in [((1, 10, 12), True), ((2, 10, 12), True), ((2, 5, 12), True)]:
         sel = normalize_selection((), shape)
-        tasks = list(plan_chunks(sel, shape, chunks))
+        tasks = list(chunk_plan(sel, shape, chunks))
         geo = output_geometry(chunk_plan(sel, shape, chunks), work, chunks, 2, True)
         for task, offset in zip(tasks, geo.direct, strict=True):
             region_first = work[tuple(slice(s.start, s.start + 1) for s in task.out_region)]

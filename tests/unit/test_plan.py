@@ -9,8 +9,27 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from linumpy_gpu.core.plan import ChunkPlan, axis_spans, chunk_plan, plan_chunks
+from linumpy_gpu.core.plan import ChunkPlan, chunk_plan
 from linumpy_gpu.core.selection import normalize_selection
+
+
+def axis_spans(sel, chunk, size):
+    """One axis spelled out element by element: per touched chunk (its index, the slice of
+    it wanted, the slice of the output it fills, whether the whole chunk is wanted)."""
+    wanted = [sel.start + k * sel.step for k in range(sel.count)]
+    spans = []
+    for c, group in itertools.groupby(range(sel.count), key=lambda k: wanted[k] // chunk):
+        ks = list(group)
+        first = wanted[ks[0]] - c * chunk
+        in_chunk = slice(first, first + (len(ks) - 1) * sel.step + 1, sel.step)
+        whole = sel.step == 1 and len(ks) == min(chunk, size - c * chunk)
+        spans.append((c, in_chunk, slice(ks[0], ks[-1] + 1), whole))
+    return spans
+
+
+def plan_chunks(sel, shape, chunk_shape):
+    """The plan's rows as tasks, in C order of the chunk grid."""
+    return list(chunk_plan(sel, shape, chunk_shape))
 
 
 def reference_plan(sel, shape, chunk_shape):
