@@ -325,13 +325,13 @@ class ChunkedArrayReader:
         self.check_unchanged()  # as for read(): never a mix of a store and its replacement
         return result
 
-    def check_unchanged(self, writing: bool = False) -> None:
+    def check_unchanged(self) -> None:
         """Refuse to read or write through metadata that is no longer the array's: the
         store was replaced (``write_ome_zarr(..., overwrite=True)``) since it was opened.
         Where the source cannot tell versions (object stores, HTTP), the array's metadata
         as stored now is compared with what it was (one read of it): chunks of another
         dtype or layout would be read as this one's, or written for the wrong one, and a
-        removed array would read as fill values. ``writing``: the caller writes."""
+        removed array would read as fill values."""
         if self._metadata_version is None:
             stored = self._stored_layout()
             if stored is None:

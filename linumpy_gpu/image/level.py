@@ -227,7 +227,7 @@ class Level:
             )
         from linumpy_gpu.engine.writer import ChunkedArrayWriter
 
-        self._reader.check_unchanged(writing=True)
+        self._reader.check_unchanged()
         return ChunkedArrayWriter(self._reader.array, self._reader.backend, name=self._reader.name)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:

@@ -222,7 +222,7 @@ def write_labels(
     Replacing a label image (``overwrite=True``) touches that label image only."""
     parent = image if isinstance(image, MultiscaleImage) else open_image(image)
     # a handle opened before the image was replaced must not write into its successor
-    parent.levels[0]._reader.check_unchanged(writing=True)
+    parent.levels[0]._reader.check_unchanged()
     if not parent.exact:
         raise WriteError(
             f"'{parent.path}' places level 0 with a transformation other than scale and "
