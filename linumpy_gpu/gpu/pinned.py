@@ -29,7 +29,6 @@ class SidePinnedBudget:
     def __init__(self, budget: int = DEFAULT_BUDGET):
         self.budget = budget
         self.pinned = 0
-        self.peak = 0
         self._lock = threading.Lock()
 
     def reserve(self, nbytes: int) -> bool:
@@ -38,7 +37,6 @@ class SidePinnedBudget:
             if self.pinned + nbytes > self.budget:
                 return False
             self.pinned += nbytes
-            self.peak = max(self.peak, self.pinned)
             return True
 
     def give_back(self, nbytes: int) -> None:
@@ -47,12 +45,7 @@ class SidePinnedBudget:
             self.pinned -= nbytes
 
 
-_budget = SidePinnedBudget()
-
-
-def side_pinned_budget() -> SidePinnedBudget:
-    """The process-wide budget (its ``pinned`` and ``peak`` bytes say what is held)."""
-    return _budget
+_budget = SidePinnedBudget()  # the process-wide budget
 
 
 def _alloc_pinned(nbytes: int) -> Any:

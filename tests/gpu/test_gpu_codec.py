@@ -326,9 +326,8 @@ def test_codec_paths_work_from_ordinary_memory_past_the_side_pinned_budget(cp, m
     checked from their device copy instead, decoded and uploaded the same, damage still
     caught. (Encoded frames land in the staging ring instead: see test_gpu_write.)"""
     from linumpy_gpu.gpu.nvcomp.zstd import ZstdBatchCodec
-    from linumpy_gpu.gpu.pinned import side_pinned_budget
 
-    monkeypatch.setattr(side_pinned_budget(), "budget", 0)
+    monkeypatch.setattr("linumpy_gpu.gpu.pinned._budget.budget", 0)
     codec = ZstdBatchCodec()
     raws = [volume(shape=(16, 64, 64), seed=i).tobytes() for i in range(6)]
     frames = [numcodecs.Zstd(level=3, checksum=True).encode(r) for r in raws]

@@ -19,7 +19,9 @@ def fake_pinned(allocations: list[int]):
 
 
 def test_buffers_grow_by_doubling_and_are_reused():
-    budget, made = SidePinnedBudget(64 * MiB), []
+    # a budget of exactly the largest buffer: growing reserves only the difference, so the
+    # bytes held never pass what the buffer holds at the end
+    budget, made = SidePinnedBudget(6 * MiB), []
     buffer = GrowingHostBuffer(budget, fake_pinned(made))
     first = buffer.get(100)
     assert buffer.is_pinned and first.size == MIN_BYTES
@@ -28,7 +30,6 @@ def test_buffers_grow_by_doubling_and_are_reused():
     assert buffer.get(4 * MiB).size == 6 * MiB  # else double
     assert made == [MIN_BYTES, 3 * MiB, 6 * MiB]
     assert budget.pinned == 6 * MiB  # the old buffers were given back on growth
-    assert budget.peak == 6 * MiB
 
 
 def test_past_the_budget_buffers_are_ordinary_memory_and_not_kept():
