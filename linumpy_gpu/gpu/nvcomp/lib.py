@@ -110,7 +110,6 @@ _DECOMPRESS_SIG = {
     ],
 }
 _COMPRESS_SIG = {
-    "CompressGetRequiredAlignments": [CompressOpts, c_void_p],
     "CompressGetTempSize": [c_size_t, c_size_t, CompressOpts, c_void_p, c_size_t, c_void_p],
     "CompressGetMaxOutputChunkSize": [c_size_t, CompressOpts, c_void_p],
     "CompressAsync": [
@@ -155,8 +154,6 @@ class BatchedApi:
         self.dopts = DecompressOpts()  # zeroed: default backend
         self.copts = CompressOpts()
         self.decompress_alignments = self._alignments("DecompressGetRequiredAlignments", self.dopts)
-        if compress:
-            self.compress_alignments = self._alignments("CompressGetRequiredAlignments", self.copts)
 
     def status_string(self, status: int) -> str:
         """nvCOMP's text for status code ``status``."""
@@ -173,16 +170,20 @@ class BatchedApi:
         self._check(self._fn[name](opts, ctypes.byref(out)), f"nvcompBatched{self.algo}{name}")
         return out
 
-    def decompress_temp_bytes(self, n: int, max_chunk: int, total: int, stream: int) -> int:
-        """Workspace bytes a decode of ``n`` chunks of at most ``max_chunk`` bytes takes."""
+    def _temp_bytes(
+        self, way: str, opts: Any, n: int, max_chunk: int, total: int, stream: int
+    ) -> int:
+        """Workspace bytes nvCOMP's ``way`` ("Decompress" or "Compress") of a batch takes."""
         out = c_size_t(0)
         self._check(
-            self._fn["DecompressGetTempSize"](
-                n, max_chunk, self.dopts, ctypes.byref(out), total, stream
-            ),
-            f"{self.algo} decompress temp size",
+            self._fn[f"{way}GetTempSize"](n, max_chunk, opts, ctypes.byref(out), total, stream),
+            f"{self.algo} {way.lower()} temp size",
         )
         return out.value
+
+    def decompress_temp_bytes(self, n: int, max_chunk: int, total: int, stream: int) -> int:
+        """Workspace bytes a decode of ``n`` chunks of at most ``max_chunk`` bytes takes."""
+        return self._temp_bytes("Decompress", self.dopts, n, max_chunk, total, stream)
 
     def decompress(
         self,
@@ -217,14 +218,7 @@ class BatchedApi:
 
     def compress_temp_bytes(self, n: int, max_chunk: int, total: int, stream: int) -> int:
         """Workspace bytes an encode of ``n`` chunks of at most ``max_chunk`` bytes takes."""
-        out = c_size_t(0)
-        self._check(
-            self._fn["CompressGetTempSize"](
-                n, max_chunk, self.copts, ctypes.byref(out), total, stream
-            ),
-            f"{self.algo} compress temp size",
-        )
-        return out.value
+        return self._temp_bytes("Compress", self.copts, n, max_chunk, total, stream)
 
     def max_compressed_bytes(self, max_chunk: int) -> int:
         """The most bytes a chunk of ``max_chunk`` bytes can compress to."""
