@@ -79,7 +79,7 @@ class StagingPool:
         self.arena_bytes = max(1 << 20, min(arena_bytes, self.cap))
         self._make_arena = make_arena
         self._free: list[Arena] = []
-        self._allocated = 0
+        self._allocated = 0  # pinned bytes the ring holds (free or lent)
         self._cond = threading.Condition()
         self._queue: deque[int] = deque()  # tickets of batches waiting for arenas up front
         self._tickets = itertools.count()
@@ -187,11 +187,6 @@ class StagingPool:
         """A batch's staging; with ``expected_bytes``, the arenas for that many bytes are
         taken up front (see :meth:`acquire_many`)."""
         return StagedBatch(self, expected_bytes)
-
-    @property
-    def allocated(self) -> int:
-        """Pinned bytes the ring holds (free or lent)."""
-        return self._allocated
 
 
 class StagedBatch:

@@ -234,7 +234,7 @@ def test_pinned_staging_stays_within_its_cap(tmp_path, cp):
     )
     np.testing.assert_array_equal(gpu_reader(arr).read(()).get(), data)
     pool = staging_pool(lg.config.get().pinned_bytes)
-    assert 0 < pool.allocated <= pool.cap
+    assert 0 < pool._allocated <= pool.cap
     assert gpu_reader(arr).last_profile == {}
 
 

@@ -46,7 +46,7 @@ def test_reserve_spans_arenas_and_locates_slices():
     assert batch.locate_all([*frames, bytes(5)]) is None  # read-only memory elsewhere
     assert batch.locate_all([]) is None
     batch.release()
-    assert len(pool._free) == 4 and pool.allocated == 4 * MiB
+    assert len(pool._free) == 4 and pool._allocated == 4 * MiB
 
 
 def test_cap_holds_and_a_batch_bigger_than_the_cap_does_not_wait(monkeypatch):
@@ -58,7 +58,7 @@ def test_cap_holds_and_a_batch_bigger_than_the_cap_does_not_wait(monkeypatch):
     assert batch.reserve(900_000) is not None
     assert batch.reserve(900_000) is not None
     assert batch.reserve(900_000) is None  # over the cap: ordinary memory from here on
-    assert pool.allocated <= pool.cap
+    assert pool._allocated <= pool.cap
     other = pool.batch()
     released = threading.Timer(0.2, batch.release)
     released.start()
@@ -69,13 +69,13 @@ def test_cap_holds_and_a_batch_bigger_than_the_cap_does_not_wait(monkeypatch):
 def test_arenas_taken_up_front_serve_the_reads_and_come_back_unused():
     pool = host_pool(8 * MiB, MiB)
     batch = pool.batch(expected_bytes=3 * MiB)
-    assert len(batch._ahead) == 3 and pool.allocated == 3 * MiB
+    assert len(batch._ahead) == 3 and pool._allocated == 3 * MiB
     views = [batch.reserve(600_000) for _ in range(2)]
     assert all(v is not None for v in views) and len(batch.arenas) == 2
-    assert pool.allocated == 3 * MiB  # nothing new: the reads used arenas taken up front
+    assert pool._allocated == 3 * MiB  # nothing new: the reads used arenas taken up front
     assert batch.reserve(3 * MiB) is not None  # too large for one of them: a new arena
     batch.release()
-    assert pool.allocated == len(pool._free) * MiB + 2 * MiB  # the large one is 3 MiB
+    assert pool._allocated == len(pool._free) * MiB + 2 * MiB  # the large one is 3 MiB
     assert len(pool._free) == 4
     assert pool.batch(expected_bytes=100 * MiB)._ahead.__len__() == 8  # at most the cap
 
@@ -93,7 +93,7 @@ def test_batches_asking_up_front_take_the_ring_in_turn_and_never_spill():
         batch = pool.batch(expected_bytes=3 * MiB)
         order.append(k)
         spilled.extend(batch.reserve(900_000) is None for _ in range(3))
-        assert pool.allocated <= pool.cap
+        assert pool._allocated <= pool.cap
         batch.release()
 
     threads = [threading.Thread(target=reader, args=(k,)) for k in range(3)]
@@ -106,7 +106,7 @@ def test_batches_asking_up_front_take_the_ring_in_turn_and_never_spill():
     for t in threads:
         t.join()
     assert order == [0, 1, 2] and not any(spilled)
-    assert pool.allocated <= pool.cap and not pool._queue
+    assert pool._allocated <= pool.cap and not pool._queue
 
 
 def test_a_batch_waiting_up_front_gives_up_after_its_wait():
@@ -204,7 +204,7 @@ def test_shard_runs_are_read_whole_into_staging(tmp_path, variant, unaligned):
         assert len(requests) < backend.decoded / 2
     else:
         assert len(requests) == backend.decoded
-    assert backend.ring.allocated <= backend.ring.cap
+    assert backend.ring._allocated <= backend.ring.cap
 
 
 def test_truncated_shard_is_reported_with_runs_read_whole(tmp_path):
