@@ -262,7 +262,6 @@ def _nvcomp(
 ) -> tuple[Any, Any]:
     """Queue nvCOMP's decode of streams ``sel`` (at device addresses ``ptrs``) into ``out``;
     the (status, decoded size) device arrays."""
-    cp = codec.cupy
     api = codec.api if name == "zstd" else lz4_api()
     m = int(sel.size)
     align = int(api.decompress_alignments.input)
@@ -273,27 +272,11 @@ def _nvcomp(
     args[1] = layout.stored[sel]
     args[2] = layout.decoded[sel]
     args[3] = out
-    d_args = codec._upload(args)
     largest = int(layout.decoded[sel].max())
     total = int(layout.decoded[sel].sum())
     temp_bytes = api.decompress_temp_bytes(m, largest, total, codec.stream.ptr)
     temp = workspace.take(max(temp_bytes, 1), codec.stream)
-    with codec.stream:
-        actual = cp.empty(m, dtype=np.uint64)
-        status = cp.empty(m, dtype=np.int32)
-    api.decompress(
-        d_args[0].data.ptr,
-        d_args[1].data.ptr,
-        d_args[2].data.ptr,
-        actual.data.ptr,
-        m,
-        temp.data.ptr,
-        temp_bytes,
-        d_args[3].data.ptr,
-        status.data.ptr,
-        codec.stream.ptr,
-    )
-    return status, actual
+    return codec._decompress(api, args, temp, temp_bytes)
 
 
 def _aligned_copy(

@@ -30,7 +30,7 @@ from linumpy_gpu.codecs import zstd as zstd_cpu
 from linumpy_gpu.core.placement import SLOT_ALIGN, best_fit
 from linumpy_gpu.errors import CodecError, NvcompError
 from linumpy_gpu.gpu.kernels import FRAME_STATUS, check_zstd_frames, kernel
-from linumpy_gpu.gpu.nvcomp.lib import zstd_api
+from linumpy_gpu.gpu.nvcomp.lib import BatchedApi, zstd_api
 from linumpy_gpu.gpu.pinned import GrowingHostBuffer
 
 _BLOCK = 128
@@ -191,6 +191,31 @@ class ZstdBatchCodec:
             dev = self.cupy.empty(host.shape, dtype=host.dtype)
         dev.data.copy_from_host_async(ctypes.c_void_p(host.ctypes.data), host.nbytes, self.stream)
         return dev
+
+    def _decompress(
+        self, api: BatchedApi, args: np.ndarray, temp: Any, temp_bytes: int
+    ) -> tuple[Any, Any]:
+        """Queue ``api``'s batched decode on this stream, one chunk a column of ``args``
+        (rows: input address, stored size, decoded size, output address), in ``temp_bytes``
+        of workspace ``temp``; the (status, decoded size) device arrays."""
+        m = int(args.shape[1])
+        d_args = self._upload(args)
+        with self.stream:
+            actual = self.cupy.empty(m, dtype=np.uint64)
+            status = self.cupy.empty(m, dtype=np.int32)
+        api.decompress(
+            d_args[0].data.ptr,
+            d_args[1].data.ptr,
+            d_args[2].data.ptr,
+            actual.data.ptr,
+            m,
+            temp.data.ptr,
+            temp_bytes,
+            d_args[3].data.ptr,
+            status.data.ptr,
+            self.stream.ptr,
+        )
+        return status, actual
 
     # -- decode -------------------------------------------------------------------------
 
@@ -378,34 +403,18 @@ class ZstdBatchCodec:
         actual_h = np.full(n, nbytes, dtype=np.uint64)
         mismatch_h = np.zeros(n, dtype=np.int32)
         if ok.size:
-            m = int(ok.size)
-            args = np.empty((4, m), dtype=np.uint64)
+            args = np.empty((4, int(ok.size)), dtype=np.uint64)
             args[0] = np.uint64(comp.data.ptr) + offsets[ok]
             args[1] = sizes[ok]
             args[2] = nbytes
             args[3] = ptrs[ok]
-            d_args = self._upload(args)
             if release is not None:
                 release()  # the fetch stage may refill the arenas now
-            with self.stream:
-                actual = cp.empty(m, dtype=np.uint64)
-                nv_status = cp.empty(m, dtype=np.int32)
-                mismatch = cp.zeros(n, dtype=np.int32)
-            self.api.decompress(
-                d_args[0].data.ptr,
-                d_args[1].data.ptr,
-                d_args[2].data.ptr,
-                actual.data.ptr,
-                m,
-                temp.data.ptr,
-                temp_bytes,
-                d_args[3].data.ptr,
-                nv_status.data.ptr,
-                self.stream.ptr,
-            )
+            nv_status, actual = self._decompress(self.api, args, temp, temp_bytes)
             if (status_h[ok] == 1).any():
                 d_ptrs = self._upload(ptrs)
                 with self.stream:
+                    mismatch = cp.zeros(n, dtype=np.int32)
                     threads = 4 * n
                     kernel("zstd_xxh64_verify")(
                         ((threads + _BLOCK - 1) // _BLOCK,),
