@@ -560,24 +560,12 @@ class GpuBackend(Backend, BatchMemory):
                 stripped = data
             positions.append(i)
             frames.append(stripped)
-        targets = np.zeros(len(positions), dtype=np.uint64)
-        workspace = Workspace()
-        if placement is not None and placement.buffer is not None:
-            base = placement.buffer.data.ptr
-            targets = np.fromiter(
-                (
-                    0 if placement.direct[i] is None else base + placement.direct[i]
-                    for i in positions
-                ),
-                dtype=np.uint64,
-                count=len(positions),
-            )
-            if placement.scratch is not None:
-                start, stop = placement.scratch
-                workspace.add(base + start, stop - start, placement.buffer)
-        if placement is not None and placement.spare is not None:
-            spare = placement.spare
-            workspace.add(spare.data.ptr, spare.nbytes, spare)
+        every_target, workspace = _placement_targets(placement, len(chunks))
+        targets = (
+            np.zeros(len(positions), dtype=np.uint64)
+            if every_target is None
+            else every_target[np.asarray(positions, dtype=np.intp)]
+        )
         # the batch's last chunks (as many as the plan gave the host) are decoded on host
         # cores while nvCOMP decodes the others
         host = placement.host if placement is not None and self._host is not None else 0
