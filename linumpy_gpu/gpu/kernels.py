@@ -117,6 +117,25 @@ __device__ __forceinline__ u64 rd64(const u8* p) {
     return v;
 }
 
+/* XXH64 of `length` bytes at p, from its four accumulators (read only where length >= 32)
+   once the whole 32-byte stripes are consumed: the bytes from `pos` on, then the final mix. */
+__device__ __forceinline__ u64 xxh64_finish(const u8* p, u64 pos, const u64 length,
+                                            u64 v1, u64 v2, u64 v3, u64 v4) {
+    u64 h;
+    if (length >= 32) {
+        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
+        h = xmerge(h, v1); h = xmerge(h, v2); h = xmerge(h, v3); h = xmerge(h, v4);
+    } else {
+        h = P5;
+    }
+    h += length;
+    for (; pos + 8 <= length; pos += 8) { h ^= xround(0, rd64(p + pos)); h = rotl64(h, 27) * P1 + P4; }
+    if (pos + 4 <= length) { h ^= (u64)rd32(p + pos) * P1; h = rotl64(h, 23) * P2 + P3; pos += 4; }
+    for (; pos < length; ++pos) { h ^= (u64)p[pos] * P5; h = rotl64(h, 11) * P1; }
+    h ^= h >> 33; h *= P2; h ^= h >> 29; h *= P3; h ^= h >> 32;
+    return h;
+}
+
 /* Four threads per chunk, one per XXH64 accumulator lane; chunk data 8-byte aligned. */
 extern "C" __global__ void zstd_xxh64_verify(
     const u64* __restrict__ ptrs, const u64 length,
@@ -148,29 +167,7 @@ extern "C" __global__ void zstd_xxh64_verify(
     const u64 v3 = __shfl_sync(0xffffffffu, v, group + 2);
     const u64 v4 = __shfl_sync(0xffffffffu, v, group + 3);
     if (!active || lane != 0) return;
-    u64 h;
-    if (length >= 32) {
-        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-        h = xmerge(h, v1); h = xmerge(h, v2); h = xmerge(h, v3); h = xmerge(h, v4);
-    } else {
-        h = P5;
-    }
-    h += length;
-    u64 pos = stripes * 32;
-    for (; pos + 8 <= length; pos += 8) {
-        h ^= xround(0, rd64(p + pos));
-        h = rotl64(h, 27) * P1 + P4;
-    }
-    if (pos + 4 <= length) {
-        h ^= (u64)rd32(p + pos) * P1;
-        h = rotl64(h, 23) * P2 + P3;
-        pos += 4;
-    }
-    for (; pos < length; ++pos) {
-        h ^= (u64)p[pos] * P5;
-        h = rotl64(h, 11) * P1;
-    }
-    h ^= h >> 33; h *= P2; h ^= h >> 29; h *= P3; h ^= h >> 32;
+    const u64 h = xxh64_finish(p, stripes * 32, length, v1, v2, v3, v4);
     mismatch[chunk] = ((u32)(h & 0xFFFFFFFFull)) != stored_checksum[chunk];
 }
 
@@ -182,25 +179,13 @@ extern "C" __global__ void xxh64_low32(
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const u8* p = data + (u64)i * stride;
-    u64 h;
     u64 pos = 0;
-    if (length >= 32) {
-        u64 v1 = P1 + P2, v2 = P2, v3 = 0, v4 = 0ull - P1;
-        for (; pos + 32 <= length; pos += 32) {
-            v1 = xround(v1, rd64(p + pos)); v2 = xround(v2, rd64(p + pos + 8));
-            v3 = xround(v3, rd64(p + pos + 16)); v4 = xround(v4, rd64(p + pos + 24));
-        }
-        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-        h = xmerge(h, v1); h = xmerge(h, v2); h = xmerge(h, v3); h = xmerge(h, v4);
-    } else {
-        h = P5;
+    u64 v1 = P1 + P2, v2 = P2, v3 = 0, v4 = 0ull - P1;
+    for (; pos + 32 <= length; pos += 32) {
+        v1 = xround(v1, rd64(p + pos)); v2 = xround(v2, rd64(p + pos + 8));
+        v3 = xround(v3, rd64(p + pos + 16)); v4 = xround(v4, rd64(p + pos + 24));
     }
-    h += length;
-    for (; pos + 8 <= length; pos += 8) { h ^= xround(0, rd64(p + pos)); h = rotl64(h, 27) * P1 + P4; }
-    if (pos + 4 <= length) { h ^= (u64)rd32(p + pos) * P1; h = rotl64(h, 23) * P2 + P3; pos += 4; }
-    for (; pos < length; ++pos) { h ^= (u64)p[pos] * P5; h = rotl64(h, 11) * P1; }
-    h ^= h >> 33; h *= P2; h ^= h >> 29; h *= P3; h ^= h >> 32;
-    out[i] = (u32)(h & 0xFFFFFFFFull);
+    out[i] = (u32)(xxh64_finish(p, pos, length, v1, v2, v3, v4) & 0xFFFFFFFFull);
 }
 
 /* Raw LZ4 blocks (no frame): one thread per block, every sequence checked as LZ4's safe
