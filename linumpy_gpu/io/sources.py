@@ -638,38 +638,6 @@ def source_for(store: Any, settings: Settings | None = None) -> ByteSource:
     return ZarrStoreSource(store)
 
 
-def coalesce(
-    requests: Sequence[ByteRequest], max_gap: int = 1 << 20, max_length: int | None = None
-) -> tuple[list[ByteRequest], list[tuple[int, int, int]]]:
-    """Merge ranged requests on the same key whose gaps are at most ``max_gap`` bytes (and,
-    with ``max_length``, into runs no longer than that unless one request is).
-
-    Returns the merged requests and, per input request, (merged index, start, length)
-    to slice its bytes back out.
-    """
-    names: dict[str, int] = {}
-    key_ids = np.fromiter(
-        (names.setdefault(r.key, len(names)) for r in requests), np.int64, len(requests)
-    )
-    offsets = np.fromiter((r.offset for r in requests), np.int64, len(requests))
-    lengths = np.fromiter((_length_of(r) for r in requests), np.int64, len(requests))
-    runs = merge_ranges(key_ids, offsets, lengths, max_gap, max_length)
-    keys = list(names)
-    merged = [
-        ByteRequest(keys[k], a, b - a)
-        for k, a, b in zip(runs.key.tolist(), runs.start.tolist(), runs.stop.tolist(), strict=True)
-    ]
-    where = list(
-        zip(
-            runs.of.tolist(),
-            (offsets - runs.start[runs.of]).tolist(),
-            lengths.tolist(),
-            strict=True,
-        )
-    )
-    return merged, where
-
-
 class Runs(NamedTuple):
     """Ranges merged into runs: per range its run (``of``); per run its key, start, stop."""
 
@@ -717,12 +685,6 @@ def merge_ranges(
     of = np.empty(n, dtype=np.int64)
     of[order] = of_sorted
     return Runs(of, *(np.asarray(v, dtype=np.int64) for v in (run_key, run_start, run_stop)))
-
-
-def _length_of(request: ByteRequest) -> int:
-    if request.length is None or request.suffix is not None:
-        raise ValueError(f"coalesce takes ranged requests, got {request}")
-    return request.length
 
 
 def _advise_will_need(items: Sequence[tuple[str, Sequence[tuple[int, int]]]]) -> int:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import linumpy_gpu.io.sources as fetch
-from linumpy_gpu.io.sources import ByteRequest, LocalFileSource, coalesce, merge_ranges
+from linumpy_gpu.io.sources import ByteRequest, LocalFileSource, merge_ranges
 
 MiB = 1 << 20
 
@@ -124,20 +124,24 @@ def test_io_threads_from_the_settings(tmp_path):
     assert LocalFileSource(tmp_path, threads=2).threads == 2
 
 
-def test_coalesce_bounds_runs_by_length_and_keeps_every_slice():
-    requests = [ByteRequest("s", 100 * i, 100) for i in range(10)] + [ByteRequest("s", 5000, 50)]
-    merged, where = coalesce(requests, max_gap=0, max_length=350)
-    assert [(r.offset, r.length) for r in merged] == [
+def test_merged_runs_bounded_by_length_and_keep_every_range():
+    offsets = np.asarray([100 * i for i in range(10)] + [5000], dtype=np.int64)
+    lengths = np.asarray([100] * 10 + [50], dtype=np.int64)
+    keys = np.zeros(len(offsets), dtype=np.int64)
+    runs = merge_ranges(keys, offsets, lengths, max_gap=0, max_length=350)
+    assert list(zip(runs.start.tolist(), (runs.stop - runs.start).tolist(), strict=True)) == [
         (0, 300),
         (300, 300),
         (600, 300),
         (900, 100),
         (5000, 50),
     ]
-    for request, (m, start, length) in zip(requests, where, strict=True):
-        assert merged[m].offset + start == request.offset and length == request.length
-    one_long = coalesce([ByteRequest("s", 0, 1000)], max_gap=0, max_length=10)[0]
-    assert [(r.offset, r.length) for r in one_long] == [(0, 1000)]
+    # every range lies whole inside its run
+    assert (runs.start[runs.of] <= offsets).all()
+    assert (offsets + lengths <= runs.stop[runs.of]).all()
+    one = np.zeros(1, dtype=np.int64)
+    one_long = merge_ranges(one, one, np.asarray([1000]), max_gap=0, max_length=10)
+    assert (one_long.start.tolist(), one_long.stop.tolist()) == ([0], [1000])
 
 
 def reference_runs(ranges, max_gap, max_length):
