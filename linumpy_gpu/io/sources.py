@@ -13,7 +13,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -247,26 +247,12 @@ class LocalFileSource:
             whole = requests[0]
             if len(requests) == 1 and not whole.offset and whole.length is whole.suffix is None:
                 # a whole chunk file, the common case: thousands per read
-                view = allocate(size) if allocate is not None and size else None
-                if view is None:
-                    view = memoryview(bytearray(size))
-                done = os.preadv(fd, [view], 0) if size else 0
-                while 0 < done < size:
-                    n = os.preadv(fd, [view[done:]], done)
-                    if n == 0:
-                        break
-                    done += n
+                view = _buffer(allocate, size)
+                done = _pread(fd, view, 0, size, 0)
                 return [view[:done] if done < size else view]
             spans = spans_in_file(requests, size)
             out: list[memoryview | None] = [None] * len(requests)
-            order = sorted(range(len(requests)), key=lambda i: spans[i][0])
-            run: list[int] = []
-            for i in order:
-                if run and spans[i][0] != spans[run[-1]][1]:
-                    self._read_run(fd, run, spans, out, allocate)
-                    run = []
-                run.append(i)
-            if run:
+            for run in _adjacent_runs(spans, range(len(requests))):
                 self._read_run(fd, run, spans, out, allocate)
             return out
         finally:
@@ -282,16 +268,8 @@ class LocalFileSource:
         allocate: Allocator | None,
     ) -> None:
         start, end = spans[run[0]][0], spans[run[-1]][1]
-        length = end - start
-        view = allocate(length) if allocate is not None and length else None
-        if view is None:
-            view = memoryview(bytearray(length))
-        done = 0
-        while done < length:
-            n = os.preadv(fd, [view[done:]], start + done)
-            if n == 0:
-                break
-            done += n
+        view = _buffer(allocate, end - start)
+        done = _pread(fd, view, 0, end - start, start)
         for i in run:
             a, b = spans[i]
             out[i] = view[a - start : min(b, start + done) - start]
@@ -384,25 +362,12 @@ class LocalFileSource:
                         continue
                     fd, size = opened[0], opened[1].st_size
                     fds.append(fd)
-                span_of: dict[int, tuple[int, int]] = {}
-                for i in members:
-                    r = requests[i]
-                    start = min(r.offset, size)
-                    span_of[i] = (start, max(start, min(size, r.offset + (r.length or 0))))
-                order: list[int | None] = [*sorted(members, key=lambda k: span_of[k][0]), None]
-                run: list[int] = []
-                for member in order:
-                    if run and (member is None or span_of[member][0] != span_of[run[-1]][1]):
-                        start, end = span_of[run[0]][0], span_of[run[-1]][1]
-                        view = (
-                            allocate(end - start) if allocate is not None and end > start else None
-                        )
-                        if view is None:
-                            view = memoryview(bytearray(end - start))
-                        runs.append((fd, start, end - start, view, run, [span_of[k] for k in run]))
-                        run = []
-                    if member is not None:
-                        run.append(member)
+                spans = spans_in_file([requests[i] for i in members], size)
+                span_of = dict(zip(members, spans, strict=True))
+                for run in _adjacent_runs(span_of, members):
+                    start, end = span_of[run[0]][0], span_of[run[-1]][1]
+                    view = _buffer(allocate, end - start)
+                    runs.append((fd, start, end - start, view, run, [span_of[k] for k in run]))
             total = sum(r[2] for r in runs)
             piece = max(1 << 20, min(PIECE_BYTES, -(-total // (2 * threads))))
             pieces = [
@@ -414,13 +379,7 @@ class LocalFileSource:
             def read(item: tuple[int, int, int]) -> int:
                 k, a, b = item
                 fd, start, _, view, _, _ = runs[k]
-                done = a
-                while done < b:
-                    n = os.preadv(fd, [view[done:b]], start + done)
-                    if n == 0:
-                        break
-                    done += n
-                return done
+                return _pread(fd, view, a, b, start)
 
             ends = list(self.pool(threads).map(read, pieces)) if pieces else []
             short: dict[int, int] = {}
@@ -448,6 +407,38 @@ def spans_in_file(requests: Sequence[ByteRequest], size: int) -> list[tuple[int,
             end = size if r.length is None else min(size, r.offset + r.length)
             spans.append((start, max(start, end)))
     return spans
+
+
+def _buffer(allocate: Allocator | None, size: int) -> memoryview:
+    """``size`` bytes to read into: from ``allocate`` where it gives them, else ordinary
+    memory."""
+    view = allocate(size) if allocate is not None and size else None
+    return view if view is not None else memoryview(bytearray(size))
+
+
+def _pread(fd: int, view: memoryview, done: int, end: int, at: int) -> int:
+    """Read ``view[done:end]`` from ``fd``'s file, whose byte ``at`` is ``view[0]``; where
+    it ended, ``done`` plus the bytes read (short of ``end``: the file ended early)."""
+    while done < end:
+        n = os.preadv(fd, [view[done:end]], at + done)
+        if n == 0:
+            break
+        done += n
+    return done
+
+
+def _adjacent_runs(
+    spans: Sequence[tuple[int, int]] | dict[int, tuple[int, int]], members: Iterable[int]
+) -> list[list[int]]:
+    """``members`` in the order their ``spans`` start, cut into runs whose spans touch end
+    to end (inner chunks of a shard: read with one call into one buffer)."""
+    runs: list[list[int]] = []
+    for i in sorted(members, key=lambda k: spans[k][0]):
+        if runs and spans[i][0] == spans[runs[-1][-1]][1]:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
 
 
 def _long_runs(requests: Sequence[ByteRequest]) -> bool:
@@ -621,12 +612,8 @@ def _zarr_range(r: ByteRequest) -> Any:
 
 def _cut(r: ByteRequest, whole: bytes) -> memoryview:
     """The bytes ``r`` asks for, out of the whole object ``whole``."""
-    view = memoryview(whole)
-    if r.suffix is not None:
-        return view[max(0, len(view) - r.suffix) :]
-    if r.length is not None:
-        return view[r.offset : r.offset + r.length]
-    return view[r.offset :]
+    start, end = spans_in_file([r], len(whole))[0]
+    return memoryview(whole)[start:end]
 
 
 def source_for(store: Any, settings: Settings | None = None) -> ByteSource:
