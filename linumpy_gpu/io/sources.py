@@ -287,15 +287,7 @@ class LocalFileSource:
             by_key.setdefault(r.key, []).append(i)
         files = list(by_key.items())
         if len(files) <= 1 and not _long_runs(requests):
-            out: list[memoryview | None] = [None] * len(requests)
-            for key, members in files:
-                for i, v in zip(
-                    members,
-                    self._read_file(key, [requests[i] for i in members], allocate),
-                    strict=True,
-                ):
-                    out[i] = v
-            return out
+            return self._fetch_files(requests, files, allocate, None)
         per_file = size_hint * len(requests) // len(files) if size_hint else None
         sized = self.threads or threads_for(per_file)
         self._fetches += 1
@@ -318,8 +310,10 @@ class LocalFileSource:
         requests: Sequence[ByteRequest],
         files: list[tuple[str, list[int]]],
         allocate: Allocator | None,
-        threads: int,
+        threads: int | None,
     ) -> list[memoryview | None]:
+        """Each file's requests read by one task on a pool of ``threads`` (None: in this
+        thread, for a single file)."""
         out: list[memoryview | None] = [None] * len(requests)
 
         def read(item: tuple[str, list[int]]) -> None:
@@ -328,6 +322,10 @@ class LocalFileSource:
             for i, v in zip(members, views, strict=True):
                 out[i] = v
 
+        if threads is None:
+            for item in files:
+                read(item)
+            return out
         # Interleaved groups, one task each: a future per file costs about as much as
         # reading 64 KiB.
         groups = min(len(files), 2 * threads)
