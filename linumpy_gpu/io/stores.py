@@ -233,11 +233,7 @@ def locate(
 
             with translated_errors(str(path)):
                 sync(path._open())
-        local = (
-            absolute(os.fspath(root))
-            if root is not None and type(path).__name__ in ("LocalStore", "GDSStore")
-            else None
-        )
+        local = absolute(os.fspath(root)) if root is not None and local_kind else None
         return StoreLocation(path, str(path), local)
     raise InvalidArgumentError(
         f"expected a path, a URL or a zarr store, got {type(path).__module__}.{type(path).__name__}"
@@ -391,11 +387,13 @@ def translate(exc: BaseException, where: str, what: str = "store") -> LinumpyGpu
         return StoreNotFoundError(f"'{where}' holds no zarr group ({text})")
     if isinstance(exc, FileNotFoundError):
         return StoreNotFoundError(f"'{where}': not found ({text})")
-    if module.startswith("botocore") and "BotoCoreError" in names:
+    if (
         # botocore's own connection, timeout and protocol failures (not Python's
         # ConnectionError): the object store could not be reached or answered nothing
-        return RemoteStoreError(f"'{where}' could not be reached ({type(exc).__name__}: {text})")
-    if module.startswith("aiohttp") or isinstance(exc, ConnectionError | TimeoutError):
+        (module.startswith("botocore") and "BotoCoreError" in names)
+        or module.startswith("aiohttp")
+        or isinstance(exc, ConnectionError | TimeoutError)
+    ):
         return RemoteStoreError(f"'{where}' could not be reached ({type(exc).__name__}: {text})")
     if "MetadataValidationError" in names or "NodeTypeValidationError" in names:
         return InvalidMetadataError(where, "zarr metadata", "valid zarr metadata", text)
