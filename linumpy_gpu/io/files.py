@@ -242,8 +242,8 @@ def replace_refusal(
     if _is_image(own) and images_below:
         levels = {"": _level_paths(v3, read(target, ".zattrs"))}  # image -> its levels
         unfinished = {"": INCOMPLETE_MARKER in own}
-        for node in below:
-            relative = node[len(target) :].strip("/").replace(os.sep, "/")
+        named = [(node, node[len(target) :].strip("/").replace(os.sep, "/")) for node in below]
+        for node, relative in named:
             parts = relative.split("/")
             node_v3, node_v2 = read(node, "zarr.json"), read(node, ".zattrs")
             keys = _ome_keys(node_v3, node_v2)
@@ -255,8 +255,7 @@ def replace_refusal(
                     return f"holds the image at '{node}', which it would delete"
                 levels[relative] = _level_paths(node_v3, node_v2)
                 unfinished[relative] = INCOMPLETE_MARKER in keys
-        for node in below:
-            relative = node[len(target) :].strip("/").replace(os.sep, "/")
+        for node, relative in named:
             parts = relative.split("/")
             image, level = "/".join(parts[:2]), "/".join(parts[2:])
             if not (parts[0] == "labels" and image in levels):
