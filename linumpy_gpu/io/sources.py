@@ -130,11 +130,9 @@ def open_regular(path: str) -> tuple[int, os.stat_result] | None:
 def file_version(path: str, info: os.stat_result | None = None) -> Hashable | None:
     """A token that changes whenever ``path`` is replaced or rewritten (from ``info``, its
     stat, where given), None if missing."""
+    info = info if info is not None else _stat_or_none(path)
     if info is None:
-        try:
-            info = os.stat(path)
-        except OSError:
-            return None
+        return None
     return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, fileio.generation(path))
 
 
@@ -567,8 +565,7 @@ class ZarrStoreSource:
                 if self.ignores_ranges:
                     data = await whole(r.key)
                 else:
-                    async with limit:
-                        data = await get(r.key, None)
+                    data = await get_whole(r.key)
                 return None if data is None else memoryview(data)
             if self.ignores_ranges is None:
                 first = firsts.get(r.key)
