@@ -258,14 +258,17 @@ class _Report:
 
 def _validate(args: argparse.Namespace) -> int:
     from linumpy_gpu import ngff
+    from linumpy_gpu.image import open_ome_zarr
+    from linumpy_gpu.io.stores import translated_errors
 
     group, where = _open_group(args.path)
-    attrs = _attrs(group, where)
+    with translated_errors(where, metadata=True):
+        attrs = dict(group.attrs)
     block, _ = ngff.ome_block(attrs, group.metadata.zarr_format)
     ngff.require_ome(block, where)  # not OME-Zarr at all: exit 2
     report = _Report()
     _models(group, where, report)
-    opened = _parsed(lambda: _open(group), report)
+    opened = _parsed(lambda: open_ome_zarr(group), report)
     if opened is not None:
         _check_opened(opened, report)
     for severity, message in report.lines:
@@ -295,19 +298,6 @@ def _open_group(path: str) -> tuple[Any, str]:
                 location.where, "zarr.json / .zgroup", "an OME-Zarr group", "a zarr array"
             ) from None
     return group, location.where
-
-
-def _attrs(group: Any, where: str) -> dict[str, Any]:
-    from linumpy_gpu.io.stores import translated_errors
-
-    with translated_errors(where, metadata=True):
-        return dict(group.attrs)
-
-
-def _open(group: Any) -> Any:
-    from linumpy_gpu.image import open_ome_zarr
-
-    return open_ome_zarr(group)
 
 
 def _models(group: Any, where: str, report: _Report, inherit: str | None = None) -> None:
@@ -368,16 +358,10 @@ def _check_opened(opened: Any, report: _Report) -> None:
         _check_well(opened, report)
     elif isinstance(opened, SeriesCollection):
         for i in range(len(opened)):
-            image = _parsed(lambda i=i: opened[i], report)
-            if image is not None:
-                _models(image.group, image.path, report)
-                _check_image(image, report)
+            _check_member(lambda i=i: opened[i], report)
     else:  # a scene: its images
         for path in getattr(getattr(opened, "meta", None), "image_paths", ()):
-            image = _parsed(lambda path=path: opened[path], report)
-            if image is not None:
-                _models(image.group, image.path, report)
-                _check_image(image, report)
+            _check_member(lambda path=path: opened[path], report)
 
 
 def _check_acquisitions(well: Any, plate: Any, report: _Report) -> None:
@@ -393,14 +377,22 @@ def _check_acquisitions(well: Any, plate: Any, report: _Report) -> None:
 
 def _check_well(well: Any, report: _Report) -> None:
     for i in range(len(well)):
-        image = _parsed(lambda i=i: well.image(i), report)
-        if image is not None:
-            _models(image.group, image.path, report)
-            _check_image(image, report)
+        _check_member(lambda i=i: well.image(i), report)
+
+
+def _check_member(open_image: Any, report: _Report) -> None:
+    """The image ``open_image()`` opens (a field, a series, a scene's image), where it
+    opens: its metadata by ome-zarr-models, then as :func:`_check_image` checks."""
+    image = _parsed(open_image, report)
+    if image is not None:
+        _models(image.group, image.path, report)
+        _check_image(image, report)
 
 
 def _check_image(image: MultiscaleImage, report: _Report, parent: Any = None) -> None:
     """Levels read, shapes follow the scales, one dtype, channels match, labels open."""
+    from linumpy_gpu.image.repr import channel_axis
+
     where = image.path
     for lv in image.levels:
         first = tuple(slice(0, min(c, n)) for c, n in zip(lv.chunks, lv.shape, strict=True))
@@ -419,7 +411,7 @@ def _check_image(image: MultiscaleImage, report: _Report, parent: Any = None) ->
         report.warning(f"{where}: levels have different dtypes {dtypes}; NGFF expects one dtype")
     _check_dimension_names(image, report)
     _check_shapes(image, report)
-    ic = _channel_axis(image)
+    ic = channel_axis(image)
     if image.channels:
         n = 1 if ic is None else image.levels[0].shape[ic]
         if len(image.channels) != n:
@@ -477,6 +469,8 @@ def _check_shapes(image: MultiscaleImage, report: _Report) -> None:
 
 
 def _check_label_shape(label: MultiscaleImage, parent: MultiscaleImage, report: _Report) -> None:
+    from linumpy_gpu.image.repr import channel_axis
+
     if len(label.levels) != len(parent.levels):
         report.error(
             f"{label.path}: {len(label.levels)} level(s), the image has "
@@ -484,7 +478,7 @@ def _check_label_shape(label: MultiscaleImage, parent: MultiscaleImage, report: 
         )
     mine = dict(zip(label.axis_names, label.levels[0].shape, strict=True))
     theirs = dict(zip(parent.axis_names, parent.levels[0].shape, strict=True))
-    ic = _channel_axis(parent)
+    ic = channel_axis(parent)
     skip = parent.axis_names[ic] if ic is not None else None
     differ = [
         f"{a}: {mine[a]} vs {theirs[a]}"
@@ -495,12 +489,6 @@ def _check_label_shape(label: MultiscaleImage, parent: MultiscaleImage, report: 
         report.warning(
             f"{label.path}: level 0 differs in shape from the image's level 0 ({', '.join(differ)})"
         )
-
-
-def _channel_axis(image: MultiscaleImage) -> int | None:
-    from linumpy_gpu.image.repr import channel_axis
-
-    return channel_axis(image)
 
 
 def _describe_short(opened: Any) -> str:
