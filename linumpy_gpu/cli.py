@@ -666,7 +666,7 @@ def to_json(value: Any, indent: int = 0) -> str:
     if isinstance(value, list | tuple) and any(isinstance(v, dict | list | tuple) for v in value):
         items = [f"{inner}{to_json(v, indent + 1)}" for v in value]
         return "[\n" + ",\n".join(items) + "\n" + pad + "]"
-    return json.dumps(value, default=_json_default)
+    return flat
 
 
 def _strict(value: Any) -> Any:
@@ -751,10 +751,10 @@ def _convert(args: argparse.Namespace) -> int:
             # built whole beside DST and swapped in at the end: DST stays as it was until
             # the new store is complete, and a failed convert leaves nothing behind
             with built_beside(target, args.overwrite) as staging:
-                _, copy, n_labels = _convert_into(staging, True, src, args, progress, name)
+                copy, n_labels = _convert_into(staging, True, src, args, progress, name)
             refresh_consolidated(target)
         else:
-            _, copy, n_labels = _convert_into(target, args.overwrite, src, args, progress, name)
+            copy, n_labels = _convert_into(target, args.overwrite, src, args, progress, name)
     except LinumpyGpuError:
         raise
     except Exception as exc:
@@ -783,12 +783,12 @@ def _convert_into(
     args: argparse.Namespace,
     progress: bool,
     store_name: str,
-) -> tuple[int, bool, int]:
-    """Write ``src`` as the image at ``dst``; returns the number of levels, whether the
-    lower levels were copied, and the number of label images. ``store_name`` labels the
-    progress bars."""
+) -> tuple[bool, int]:
+    """Write ``src`` as the image at ``dst``; returns whether the lower levels were
+    copied, and the number of label images. ``store_name`` labels the progress bars."""
     from linumpy_gpu.errors import InvalidArgumentError
     from linumpy_gpu.write import write_labels, write_ome_zarr
+    from linumpy_gpu.write.plan import METHODS
 
     chunks, shards = _layout(src, args.chunks, args.shards, args.ngff_version)
     n_src = len(src.levels)
@@ -797,32 +797,21 @@ def _convert_into(
     if args.pyramid == "copy" and n > n_src:
         _note(f"the source has {n_src} level(s): all {n} levels are computed from level 0")
     labels = _convertible_labels(src)
-    mixed = [
-        image.path
-        for image in [src, *(label for _, label in labels)]
-        if len({str(level.dtype) for level in image.levels}) > 1
-    ]
-    if copy and mixed:
-        # a lower level cast into level 0's dtype would change its values
-        _note(
-            f"{', '.join(mixed)}: levels of different dtypes; the lower levels are computed "
-            "from level 0 instead of copied"
-        )
-        copy = False
-    unreduced = [
-        image.path for image in [src, *(label for _, label in labels)] if not _reduces(image)
-    ]
-    if copy and unreduced:
-        # copied as they are, levels whose shapes contradict their scales (a level larger
-        # than the one before, level 0 listed again) would make an image that is not a
-        # pyramid, and a level that claims a huge shape would be copied block by block
-        _note(
-            f"{', '.join(unreduced)}: lower levels that are not reductions of the level "
-            "before; they are computed from level 0 instead of copied"
-        )
-        copy = False
+    images = [src, *(label for _, label in labels)]
+    mixed = [i.path for i in images if len({str(level.dtype) for level in i.levels}) > 1]
+    unreduced = [i.path for i in images if not _reduces(i)]
+    # a lower level cast into level 0's dtype would change its values; copied as they are,
+    # levels whose shapes contradict their scales (a level larger than the one before,
+    # level 0 listed again) would make an image that is not a pyramid, and a level that
+    # claims a huge shape would be copied block by block
+    for paths, why in (
+        (mixed, "levels of different dtypes; the lower levels are"),
+        (unreduced, "lower levels that are not reductions of the level before; they are"),
+    ):
+        if copy and paths:
+            _note(f"{', '.join(paths)}: {why} computed from level 0 instead of copied")
+            copy = False
     levels: int | list[tuple[int, ...]] = 1
-    method = _pyramid_method(src)
     if not copy:
         factors = _source_factors(src)
         if n > n_src and factors:
@@ -860,7 +849,7 @@ def _convert_into(
         chunks=chunks,
         shards=shards,
         levels=levels,
-        method=method,
+        method=src.meta.type if src.meta.type in METHODS else "mean",
         name=src.name,
         overwrite=overwrite,
         device=args.device,
@@ -928,7 +917,7 @@ def _convert_into(
     if copy and n > 1:
         _copy_levels(src, group, chunks, shards, progress, store_name, n)
     _finish_metadata(group, out.path, src, args.ngff_version, copy, n)
-    return n, copy, len(written)
+    return copy, len(written)
 
 
 def _factors_for(label: MultiscaleImage, image: MultiscaleImage) -> list[tuple[int, ...]]:
@@ -1118,12 +1107,6 @@ def _source_factors(src: MultiscaleImage) -> list[tuple[int, ...]]:
         return factors
 
 
-def _pyramid_method(src: MultiscaleImage) -> str:
-    from linumpy_gpu.write.plan import METHODS
-
-    return src.meta.type if src.meta.type in METHODS else "mean"
-
-
 def _convertible_labels(src: MultiscaleImage) -> list[tuple[str, MultiscaleImage]]:
     """The source's label images that can be written (integer data); a note for each one
     that cannot."""
@@ -1263,13 +1246,12 @@ def _copy_levels(
     shards: Sequence[int] | None,
     progress: bool,
     label: str,
-    n: int | None = None,
+    n: int,
 ) -> None:
-    """Levels 1.. of ``src`` as they are, into new arrays of ``group`` laid out like its
+    """Levels 1..n-1 of ``src`` as they are, into new arrays of ``group`` laid out like its
     level 0 (codecs, chunks and shards clipped to each level's shape), block by block."""
     from linumpy_gpu.engine.writer import ChunkedArrayWriter
 
-    n = len(src.levels) if n is None else n
     first = group["0"]
     v3 = first.metadata.zarr_format == 3
     backend = src.backend
@@ -1345,7 +1327,7 @@ def _finish_metadata(
     src: MultiscaleImage,
     version: str,
     copied: bool,
-    n: int | None = None,
+    n: int,
 ) -> None:
     """The written image's final metadata: the source's axes as the source gives them
     (units only where it has them) and, for copied levels, the source's scale and
@@ -1364,10 +1346,6 @@ def _finish_metadata(
     block.pop(INCOMPLETE_MARKER, None)
     written = dict(block["multiscales"][0])
     _keep_source_omero(block, src)
-    if not copied:
-        n = len(written["datasets"])
-    elif n is None:
-        n = len(src.levels)
     if copied:
         entry = build.multiscales_block(
             version=version,
