@@ -8,6 +8,7 @@ existing destination, a missing GPU, ...) is printed as one line
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -1308,17 +1309,11 @@ def _blocks(
     for i in range(len(block)):
         while block[i] < shape[i] and math.prod(block) * itemsize * 2 <= COPY_BLOCK_BYTES:
             block[i] = min(block[i] * 2, -(-shape[i] // unit[i]) * unit[i])
-    grid = [range(0, n, b) for n, b in zip(shape, block, strict=True)]
-
-    def walk(axis: int, prefix: tuple[slice, ...]) -> Iterator[tuple[slice, ...]]:
-        if axis == len(shape):
-            yield prefix
-            return
-        for start in grid[axis]:
-            stop = min(start + block[axis], shape[axis])
-            yield from walk(axis + 1, (*prefix, slice(start, stop)))
-
-    yield from walk(0, ())
+    grid = [
+        [slice(start, min(start + b, n)) for start in range(0, n, b)]
+        for n, b in zip(shape, block, strict=True)
+    ]
+    return itertools.product(*grid)
 
 
 def _finish_metadata(
