@@ -641,11 +641,10 @@ def _image_dict(image: MultiscaleImage, with_labels: bool = True) -> dict[str, A
         out["labels"] = []
         for name in labels.names:
             try:
-                out["labels"].append(_image_dict(labels[name], with_labels=False))
+                entry = _image_dict(labels[name], with_labels=False)
             except LinumpyGpuError as exc:  # one broken label image hides nothing else
-                out["labels"].append({"name": name, "error": _one_line(exc)})
-        for entry, name in zip(out["labels"], labels.names, strict=True):
-            entry["label_name"] = name
+                entry = {"name": name, "error": _one_line(exc)}
+            out["labels"].append({**entry, "label_name": name})
     return out
 
 
@@ -866,9 +865,7 @@ def _convert_into(
     for name, label in labels:
         lv0 = label.levels[0]
         label_chunks = _label_chunks(src, label, chunks)
-        label_data = lv0.to_dask(
-            chunks=_dask_chunks(lv0, _write_unit(lv0.shape, label_chunks, None))
-        )
+        label_data = lv0.to_dask(chunks=_dask_chunks(lv0, label_chunks))
         placed_as_image = (label.scale(0), label.translation(0)) == (
             src.scale(0),
             src.translation(0),
@@ -1254,19 +1251,15 @@ def _copy_levels(
     from linumpy_gpu.engine.writer import ChunkedArrayWriter
 
     first = group["0"]
-    v3 = first.metadata.zarr_format == 3
+    extra: dict[str, Any] = {}
+    if first.metadata.zarr_format == 3:
+        extra = {"serializer": first.serializer, "dimension_names": first.metadata.dimension_names}
     backend = src.backend
     plans = []
     for i in range(1, n):
         lv = src.levels[i]
         c = tuple(min(a, b) for a, b in zip(chunks, lv.shape, strict=True))
         s = _write_unit(lv.shape, chunks, shards) if shards is not None else None
-        extra: dict[str, Any] = {}
-        if v3:
-            extra = {
-                "serializer": first.serializer,
-                "dimension_names": first.metadata.dimension_names,
-            }
         array = group.create_array(
             str(i),
             shape=lv.shape,
