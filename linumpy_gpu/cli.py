@@ -701,12 +701,17 @@ def _convert(args: argparse.Namespace) -> int:
     from linumpy_gpu.image import MultiscaleImage, open_ome_zarr
     from linumpy_gpu.image._common import format_bytes
     from linumpy_gpu.io.files import built_beside, check_replaceable, refresh_consolidated
-    from linumpy_gpu.io.stores import local_path
+    from linumpy_gpu.io.stores import local_path, overlapping
 
     progress = _progress(args)
     if args.levels is not None and args.levels < 1:
         raise InvalidArgumentError(f"--levels must be at least 1, got {args.levels}")
-    _check_not_overlapping(args.src, args.dst)
+    if overlapping(args.src, args.dst):
+        # however either is spelled: writing DST would destroy the source while it is read
+        raise InvalidArgumentError(
+            f"DST '{args.dst}' is the source '{args.src}' or inside or around it; write to "
+            "another path"
+        )
     local_target = local_path(args.dst)
     local = local_target is not None
     target = local_target if local_target is not None else args.dst
@@ -932,18 +937,6 @@ def _dims(values: Sequence[int] | None) -> str:
     return "x".join(str(v) for v in values or ())
 
 
-def _check_not_overlapping(src: str, dst: str) -> None:
-    """Refuse a DST that is SRC, inside it or around it, however either is spelled:
-    writing it would destroy the source while it is read."""
-    from linumpy_gpu.errors import InvalidArgumentError
-    from linumpy_gpu.io.stores import overlapping
-
-    if overlapping(src, dst):
-        raise InvalidArgumentError(
-            f"DST '{dst}' is the source '{src}' or inside or around it; write to another path"
-        )
-
-
 def _layout(
     src: MultiscaleImage,
     chunks: tuple[int, ...] | None,
@@ -990,9 +983,7 @@ def _layout(
                 f"--shards {list(shards)} must be multiples of the chunks {list(want_c)}"
             )
         # clipped as the chunks are: to the shape, rounded up to whole chunks
-        return out_c, tuple(
-            min(s, -(-n // c) * c) for s, c, n in zip(shards, out_c, shape, strict=True)
-        )
+        return out_c, _write_unit(shape, want_c, shards)
     # default shards, rounded up to whole chunks and clipped to the (chunk-rounded) shape
     out_s = tuple(
         min(-(-s // c) * c, -(-n // c) * c) for s, c, n in zip(default_s, out_c, shape, strict=True)
@@ -1330,8 +1321,6 @@ def _finish_metadata(
     attrs = dict(group.attrs)
     attrs.pop(INCOMPLETE_MARKER, None)
     block, _ = ngff.ome_block(attrs, zarr_format)
-    block = dict(block)
-    block.pop(INCOMPLETE_MARKER, None)
     written = dict(block["multiscales"][0])
     _keep_source_omero(block, src)
     if copied:
