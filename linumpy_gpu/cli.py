@@ -381,10 +381,10 @@ def _check_well(well: Any, report: _Report) -> None:
         _check_member(lambda i=i: well.image(i), report)
 
 
-def _check_member(open_image: Any, report: _Report) -> None:
-    """The image ``open_image()`` opens (a field, a series, a scene's image), where it
+def _check_member(open_member: Any, report: _Report) -> None:
+    """The image ``open_member()`` opens (a field, a series, a scene's image), where it
     opens: its metadata by ome-zarr-models, then as :func:`_check_image` checks."""
-    image = _parsed(open_image, report)
+    image = _parsed(open_member, report)
     if image is not None:
         _models(image.group, image.path, report)
         _check_image(image, report)
