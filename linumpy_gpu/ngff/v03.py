@@ -96,11 +96,6 @@ def parse_image_label(raw: Any, version: str, where: str) -> ImageLabelMeta | No
     return c.parse_image_label(raw, version, where, integers=False, non_empty=False)
 
 
-def parse_labels_group(block: Mapping[str, Any], where: str) -> tuple[str, ...]:
-    """The ``labels`` list of a labels group."""
-    return c.parse_labels_group(block, where)
-
-
 def parse_plate(block: Mapping[str, Any], version: str, where: str) -> PlateMeta:
     """The ``plate`` block: rows, columns and wells whose paths name them."""
     return c.parse_plate(block, version, where, strict=False)

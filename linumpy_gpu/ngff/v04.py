@@ -120,11 +120,6 @@ def parse_image_label(raw: Any, where: str, *, version: str = VERSION) -> ImageL
     return c.parse_image_label(raw, version, where, integers=True, non_empty=True)
 
 
-def parse_labels_group(block: Mapping[str, Any], where: str) -> tuple[str, ...]:
-    """The ``labels`` list of a labels group."""
-    return c.parse_labels_group(block, where)
-
-
 def parse_plate(block: Mapping[str, Any], where: str, *, version: str = VERSION) -> PlateMeta:
     """The ``plate`` block, with the 0.4 rules (see :func:`._common.parse_plate`)."""
     return c.parse_plate(block, version, where, strict=True)

@@ -31,11 +31,6 @@ def parse_image_label(raw: Any, where: str) -> ImageLabelMeta | None:
     return v04.parse_image_label(raw, where, version=VERSION)
 
 
-def parse_labels_group(block: Mapping[str, Any], where: str) -> tuple[str, ...]:
-    """The ``labels`` list of a labels group."""
-    return v04.parse_labels_group(block, where)
-
-
 def parse_plate(block: Mapping[str, Any], where: str) -> PlateMeta:
     """The ``plate`` block (0.4 rules)."""
     return v04.parse_plate(block, where, version=VERSION)

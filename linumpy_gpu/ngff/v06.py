@@ -746,11 +746,6 @@ def parse_image_label(raw: Any, where: str) -> ImageLabelMeta | None:
     return c.parse_image_label(raw, VERSION, where, integers=True, non_empty=True)
 
 
-def parse_labels_group(block: Mapping[str, Any], where: str) -> tuple[str, ...]:
-    """The ``labels`` list of a labels group."""
-    return c.parse_labels_group(block, where)
-
-
 def parse_plate(block: Mapping[str, Any], where: str) -> PlateMeta:
     """The ``plate`` block: 0.4 rules, with non-empty rows, columns and wells."""
     return c.parse_plate(block, VERSION, where, strict=True, non_empty=True)
