@@ -197,6 +197,13 @@ def mapping(raw: Any, where: str, field: str) -> Mapping[str, Any]:
     return raw
 
 
+def non_empty_list(raw: Any, where: str, field: str, expected: str = "a non-empty list") -> list:
+    """``raw`` when it is a non-empty JSON list (``expected`` says what the error expects)."""
+    if not isinstance(raw, list) or not raw:
+        raise InvalidMetadataError(where, field, expected, raw)
+    return raw
+
+
 def method_metadata(raw: Any, where: str, field: str) -> dict:
     """The free-form ``metadata`` object of a multiscale image (a warning, and nothing
     kept, when it is not an object)."""
@@ -296,11 +303,9 @@ def multiscale_entry(
     block: Mapping[str, Any], where: str, index: int
 ) -> tuple[Mapping[str, Any], str]:
     """``multiscales[index]`` of an image block, and its field prefix."""
-    multiscales = block.get("multiscales")
-    if not isinstance(multiscales, list) or not multiscales:
-        raise InvalidMetadataError(
-            where, "multiscales", "a non-empty list of multiscale images", multiscales
-        )
+    multiscales = non_empty_list(
+        block.get("multiscales"), where, "multiscales", "a non-empty list of multiscale images"
+    )
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(multiscales):
         raise InvalidMetadataError(
             where, "multiscales", f"at least {index + 1} multiscale entries", len(multiscales)
@@ -314,9 +319,7 @@ def dataset_entries(
 ) -> list[tuple[str, Mapping[str, Any], str]]:
     """The ``datasets`` of a multiscale entry as ``(field, dataset, path)``: a non-empty list
     of objects with unique non-empty paths."""
-    raw = ms.get("datasets")
-    if not isinstance(raw, list) or not raw:
-        raise InvalidMetadataError(where, f"{prefix}.datasets", "a non-empty list", raw)
+    raw = non_empty_list(ms.get("datasets"), where, f"{prefix}.datasets")
     out = []
     seen: set[str] = set()
     for i, ds in enumerate(raw):
@@ -370,8 +373,7 @@ def scale_translation_list(
             raise InvalidMetadataError(where, field, "a list holding a 'scale' transformation")
         return None, None
     order = "one 'scale', then at most one 'translation'"
-    if not isinstance(raw, list) or not raw:
-        raise InvalidMetadataError(where, field, f"a list of {order}", raw)
+    raw = non_empty_list(raw, where, field, f"a list of {order}")
     kinds = [t.get("type") if isinstance(t, Mapping) else None for t in raw]
     for i, kind in enumerate(kinds):
         if kind not in ("scale", "translation"):
@@ -632,9 +634,7 @@ def parse_well(block: Mapping[str, Any], version: str, where: str, *, path_rule:
     starting with '__', unique).
     """
     well = mapping(block.get("well"), where, "well")
-    images = well.get("images")
-    if not isinstance(images, list) or not images:
-        raise InvalidMetadataError(where, "well.images", "a non-empty list of fields", images)
+    images = non_empty_list(well.get("images"), where, "well.images", "a non-empty list of fields")
     fields = []
     seen: set[str] = set()
     for i, im in enumerate(images):

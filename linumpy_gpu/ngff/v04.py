@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from linumpy_gpu.errors import InvalidMetadataError
 from linumpy_gpu.ngff import _common as c
 from linumpy_gpu.ngff.model import (
     Axis,
@@ -76,8 +75,7 @@ def parse_multiscales(
 
 def parse_axes(raw: Any, where: str, field: str) -> tuple[Axis, ...]:
     """The ``axes`` list of a 0.4 / 0.5 multiscale image, with the image layout rules."""
-    if not isinstance(raw, list) or not raw:
-        raise InvalidMetadataError(where, field, "a non-empty list of axes", raw)
+    raw = c.non_empty_list(raw, where, field, "a non-empty list of axes")
     axes = tuple(c.parse_axis(a, where, f"{field}[{i}]") for i, a in enumerate(raw))
     c.check_image_axes(axes, where, field)
     return axes

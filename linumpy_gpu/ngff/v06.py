@@ -164,8 +164,7 @@ def parse_coordinate_systems(
     """A non-empty list of coordinate systems with unique non-empty names. Every system's
     axes follow the 0.6 axes rules; inside a multiscale image (``image``) they also follow
     the image layout rules (2 to 5 axes, ordered time, channel or custom, space)."""
-    if not isinstance(raw, list) or not raw:
-        raise InvalidMetadataError(where, field, "a non-empty list of coordinate systems", raw)
+    raw = c.non_empty_list(raw, where, field, "a non-empty list of coordinate systems")
     out: list[CoordinateSystem] = []
     for i, cs in enumerate(raw):
         cs_field = f"{field}[{i}]"
@@ -177,11 +176,9 @@ def parse_coordinate_systems(
             raise InvalidMetadataError(
                 where, f"{cs_field}.name", "a name no other coordinate system uses", name
             )
-        axes_raw = cs.get("axes")
-        if not isinstance(axes_raw, list) or not axes_raw:
-            raise InvalidMetadataError(
-                where, f"{cs_field}.axes", "a non-empty list of axes", axes_raw
-            )
+        axes_raw = c.non_empty_list(
+            cs.get("axes"), where, f"{cs_field}.axes", "a non-empty list of axes"
+        )
         axes = tuple(
             c.parse_axis(a, where, f"{cs_field}.axes[{k}]", rfc5=True)
             for k, a in enumerate(axes_raw)
@@ -207,8 +204,7 @@ def _multiscale_transformations(
     if raw is None:
         return ()
     field = f"{prefix}.coordinateTransformations"
-    if not isinstance(raw, list) or not raw:
-        raise InvalidMetadataError(where, field, "a non-empty list of transformations", raw)
+    raw = c.non_empty_list(raw, where, field, "a non-empty list of transformations")
     out = []
     for k, item in enumerate(raw):
         t_field = f"{field}[{k}]"
@@ -568,9 +564,7 @@ def _parse_sequence(
     n_out: int | None,
     common: dict[str, Any],
 ) -> _Parsed:
-    items = raw.get("transformations")
-    if not isinstance(items, list) or not items:
-        raise InvalidMetadataError(where, f"{field}.transformations", "a non-empty list", items)
+    items = c.non_empty_list(raw.get("transformations"), where, f"{field}.transformations")
     parts = []
     dims = n_in
     for i, item in enumerate(items):
@@ -590,9 +584,7 @@ def _parse_by_dimension(
     n_out: int | None,
     common: dict[str, Any],
 ) -> _Parsed:
-    items = raw.get("transformations")
-    if not isinstance(items, list) or not items:
-        raise InvalidMetadataError(where, f"{field}.transformations", "a non-empty list", items)
+    items = c.non_empty_list(raw.get("transformations"), where, f"{field}.transformations")
     parts = []
     outputs: list[int] = []
     for i, item in enumerate(items):
@@ -704,10 +696,10 @@ def parse_scene(block: Mapping[str, Any], where: str) -> Scene:
             scene["coordinateSystems"], where, "scene.coordinateSystems", image=False
         )
     by_name = {cs.name: cs for cs in systems}
-    raw = scene.get("coordinateTransformations")
     field = "scene.coordinateTransformations"
-    if not isinstance(raw, list) or not raw:
-        raise InvalidMetadataError(where, field, "a non-empty list of transformations", raw)
+    raw = c.non_empty_list(
+        scene.get("coordinateTransformations"), where, field, "a non-empty list of transformations"
+    )
     out = []
     for k, item in enumerate(raw):
         t_field = f"{field}[{k}]"
