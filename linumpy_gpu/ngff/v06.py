@@ -385,6 +385,16 @@ def _check_dims(
         raise InvalidMetadataError(where, field, f"{expected} {what}", found)
 
 
+def _same_dims(n_in: int | None, n_out: int | None, where: str, field: str) -> int | None:
+    """The dimensionality of a transformation that keeps it (identity, bijection,
+    displacements): that of its input and output, which must agree where both are known."""
+    if n_in is not None and n_out is not None and n_in != n_out:
+        raise InvalidMetadataError(
+            where, field, "input and output coordinate systems with as many axes", (n_in, n_out)
+        )
+    return n_in if n_in is not None else n_out
+
+
 def _parse_identity(
     raw: Mapping[str, Any],
     where: str,
@@ -393,11 +403,7 @@ def _parse_identity(
     n_out: int | None,
     common: dict[str, Any],
 ) -> _Parsed:
-    if n_in is not None and n_out is not None and n_in != n_out:
-        raise InvalidMetadataError(
-            where, field, "input and output coordinate systems with as many axes", (n_in, n_out)
-        )
-    return Identity(**common), n_in if n_in is not None else n_out
+    return Identity(**common), _same_dims(n_in, n_out, where, field)
 
 
 def _parse_vector(
@@ -632,11 +638,7 @@ def _parse_bijection(
     n_out: int | None,
     common: dict[str, Any],
 ) -> _Parsed:
-    if n_in is not None and n_out is not None and n_in != n_out:
-        raise InvalidMetadataError(
-            where, field, "input and output coordinate systems with as many axes", (n_in, n_out)
-        )
-    n = n_in if n_in is not None else n_out
+    n = _same_dims(n_in, n_out, where, field)
     for key in ("forward", "inverse"):
         if key not in raw:
             raise InvalidMetadataError(where, f"{field}.{key}", "a transformation")
@@ -658,11 +660,8 @@ def _parse_field(
         raise InvalidMetadataError(where, f"{field}.path", "the path of a zarr group", path)
     interpolation = c.optional_str(raw, "interpolation", where, field)
     if raw["type"] == "displacements":
-        if n_in is not None and n_out is not None and n_in != n_out:
-            raise InvalidMetadataError(
-                where, field, "input and output coordinate systems with as many axes", (n_in, n_out)
-            )
-        return Displacements(path=path, interpolation=interpolation, **common), n_in
+        n = _same_dims(n_in, n_out, where, field)
+        return Displacements(path=path, interpolation=interpolation, **common), n
     return Coordinates(path=path, interpolation=interpolation, **common), n_out
 
 
