@@ -2,7 +2,8 @@
 
 The image, labels, plate and well rules are those of 0.4 (:mod:`.v04`); what differs is
 where the metadata lives and that ``omero`` channels may leave out ``color`` and ``window``
-(checked when present).
+(checked when present). The ``omero`` and ``image-label`` blocks are read by
+:func:`.v04.parse_omero` and :func:`.v04.parse_image_label` given ``version="0.5"``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from linumpy_gpu.ngff import v04
-from linumpy_gpu.ngff.model import Channel, ImageLabelMeta, MultiscaleMeta, PlateMeta, WellMeta
+from linumpy_gpu.ngff.model import MultiscaleMeta, PlateMeta, WellMeta
 
 VERSION = "0.5"
 
@@ -19,16 +20,6 @@ VERSION = "0.5"
 def parse_multiscales(block: Mapping[str, Any], where: str, index: int = 0) -> MultiscaleMeta:
     """``multiscales[index]`` of an image's ``ome`` block (with ``omero``, ``image-label``)."""
     return v04.parse_multiscales(block, where, index, version=VERSION)
-
-
-def parse_omero(raw: Any, where: str) -> tuple[Channel, ...]:
-    """The ``omero`` block; color and window are optional, checked when present."""
-    return v04.parse_omero(raw, where, version=VERSION)
-
-
-def parse_image_label(raw: Any, where: str) -> ImageLabelMeta | None:
-    """The ``image-label`` block (0.4 rules)."""
-    return v04.parse_image_label(raw, where, version=VERSION)
 
 
 def parse_plate(block: Mapping[str, Any], where: str) -> PlateMeta:
