@@ -28,9 +28,7 @@ from linumpy_gpu.ngff.model import (
     Bijection,
     ByDimension,
     ByDimensionItem,
-    Coordinates,
     CoordinateSystemRef,
-    Displacements,
     Identity,
     MapAxis,
     ProjectAxis,
@@ -399,6 +397,4 @@ def _homogeneous(t: Transformation, n_in: int) -> np.ndarray | None:
         return h
     if isinstance(t, Bijection):
         return _homogeneous(t.forward, n_in)
-    if isinstance(t, Displacements | Coordinates):
-        return None
-    return None
+    return None  # displacement and coordinate fields have no matrix
