@@ -289,7 +289,7 @@ def graph_objects(data: Any, kinds: type | tuple[type, ...]) -> list[Any]:
             for name in ("args", "kwargs", "value", "func"):
                 inner = getattr(item, name, None)
                 if (
-                    isinstance(inner, (tuple, list, dict, *_as_tuple(kinds)))
+                    isinstance(inner, (tuple, list, dict, kinds))
                     or hasattr(inner, "args")
                     or hasattr(inner, "value")
                 ):
@@ -298,10 +298,6 @@ def graph_objects(data: Any, kinds: type | tuple[type, ...]) -> list[Any]:
             if isinstance(partial_args, dict):
                 pending.extend(partial_args.values())
     return list(found.values())
-
-
-def _as_tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kinds if isinstance(kinds, tuple) else (kinds,)
 
 
 def reader_identity(reader: ChunkedArrayReader) -> tuple[Any, ...]:
