@@ -79,7 +79,7 @@ def image_html(image: MultiscaleImage, *, with_thumbnail: bool = True) -> str:
     if image.channels:
         parts.append(_section("channels", _channels_table(image)))
     if image.image_label is not None and image.image_label.colors:
-        parts.append(_section("label colours", _label_colors(image)))
+        parts.append(_section("label colours", _color_list(image.image_label.colors)))
     labels = _labels_rows(image)
     if labels:
         parts.append(_section("labels", labels))
@@ -448,7 +448,7 @@ def _channels_table(image: MultiscaleImage) -> str:
     for i, ch in enumerate(image.channels):
         window = ""
         if isinstance(ch.window, dict):
-            window = ", ".join(f"{k} {v:g}" for k, v in ch.window.items() if _is_number(v))
+            window = ", ".join(f"{k} {v:g}" for k, v in ch.window.items())
         rows.append(
             [
                 i,
@@ -459,13 +459,6 @@ def _channels_table(image: MultiscaleImage) -> str:
             ]
         )
     return _table(["", "label", "colour", "window", "active"], rows, css_class="lgpu-channels")
-
-
-def _label_colors(image: MultiscaleImage) -> str:
-    meta = image.image_label
-    if meta is None:
-        return ""
-    return _color_list(meta.colors)
 
 
 def _color_list(colors: Iterable[Any], limit: int = 24) -> str:
@@ -547,10 +540,6 @@ def _tuple(values: Iterable[Any] | None, fmt: str = "") -> str:
     if values is None:
         return "-"
     return "(" + ", ".join(format(v, fmt) for v in values) + ")"
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 __all__ = [
