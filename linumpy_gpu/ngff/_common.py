@@ -497,18 +497,24 @@ def parse_image_label(
     if raw is None:
         return None
     block = mapping(raw, where, "image-label")
-    value_kind = "an integer" if integers else "a number"
-    colors = []
-    raw_colors = block.get("colors")
-    if raw_colors is not None and (
-        not isinstance(raw_colors, list) or (non_empty and not raw_colors)
-    ):
-        raise InvalidMetadataError(where, "image-label.colors", "a non-empty list", raw_colors)
-    for i, c in enumerate(raw_colors or []):
-        field = f"image-label.colors[{i}]"
-        value: Any = c.get("label-value") if isinstance(c, Mapping) else None
+
+    def entries(key: str) -> list:
+        found = block.get(key)
+        if found is not None and (not isinstance(found, list) or (non_empty and not found)):
+            raise InvalidMetadataError(where, f"image-label.{key}", "a non-empty list", found)
+        return found or []
+
+    def label_value(entry: Any, field: str) -> Any:
+        value = entry.get("label-value") if isinstance(entry, Mapping) else None
         if not (is_integral(value) if integers else is_number(value)):
-            raise InvalidMetadataError(where, f"{field}.label-value", value_kind, c)
+            kind = "an integer" if integers else "a number"
+            raise InvalidMetadataError(where, f"{field}.label-value", kind, entry)
+        return value
+
+    colors = []
+    for i, c in enumerate(entries("colors")):
+        field = f"image-label.colors[{i}]"
+        value = label_value(c, field)
         rgba = c.get("rgba")
         if rgba is not None:
             if not (
@@ -524,16 +530,9 @@ def parse_image_label(
         raise InvalidMetadataError(
             where, "image-label.colors", "unique label-value entries", values
         )
-    raw_props = block.get("properties")
-    if raw_props is not None and (not isinstance(raw_props, list) or (non_empty and not raw_props)):
-        raise InvalidMetadataError(where, "image-label.properties", "a non-empty list", raw_props)
     properties = []
-    for i, p in enumerate(raw_props or []):
-        value = p.get("label-value") if isinstance(p, Mapping) else None
-        if not (is_integral(value) if integers else is_number(value)):
-            raise InvalidMetadataError(
-                where, f"image-label.properties[{i}].label-value", value_kind, p
-            )
+    for i, p in enumerate(entries("properties")):
+        label_value(p, f"image-label.properties[{i}]")
         properties.append(dict(p))
     source = block.get("source")
     if source is not None:
