@@ -173,11 +173,11 @@ def numbers(raw: Any, where: str, field: str, *, positive: bool = False) -> tupl
     return tuple(float(v) for v in raw)
 
 
-def indices(raw: Any, where: str, field: str, *, unique: bool = True) -> tuple[int, ...]:
-    """A list of non-negative integers (unique ones unless told otherwise)."""
+def indices(raw: Any, where: str, field: str) -> tuple[int, ...]:
+    """A list of unique non-negative integers."""
     if not isinstance(raw, list) or not all(is_int(v) and v >= 0 for v in raw):
         raise InvalidMetadataError(where, field, "a list of non-negative integers", raw)
-    if unique and len(set(raw)) != len(raw):
+    if len(set(raw)) != len(raw):
         raise InvalidMetadataError(where, field, "indices that each appear once", raw)
     return tuple(raw)
 
