@@ -21,6 +21,7 @@ from typing import Any
 
 from linumpy_gpu.errors import LinumpyGpuError
 from linumpy_gpu.image import Labels, MultiscaleImage, SeriesCollection, open_ome_zarr
+from linumpy_gpu.image.repr import channel_axis
 
 LayerData = tuple[Any, dict[str, Any], str]
 """napari's layer data tuple: (data, keyword arguments of the layer, layer type)."""
@@ -99,7 +100,7 @@ def image_layer(image: MultiscaleImage) -> LayerData:
     (without the channel axis, which napari splits on), channel names, colours, contrast
     limits and visibility from ``omero``."""
     data = [lv.to_dask() for lv in image.levels]
-    ic = _channel_axis(image)
+    ic = channel_axis(image)
     keep = [i for i in range(len(image.axes)) if i != ic]
     name = image.name or os.path.basename(image.path.rstrip("/")) or image.path
     meta: dict[str, Any] = {
@@ -166,13 +167,6 @@ def labels_layer(label: MultiscaleImage, name: str) -> LayerData:
 # Labels the metadata gives no colour: gray; the background (0), unless listed: none.
 _UNLISTED = [0.5, 0.5, 0.5, 1.0]
 _BACKGROUND = [0.0, 0.0, 0.0, 0.0]
-
-
-def _channel_axis(image: MultiscaleImage) -> int | None:
-    for i, a in enumerate(image.axes):
-        if a.type == "channel":
-            return i
-    return image.axis_names.index("c") if "c" in image.axis_names else None
 
 
 def _colormap(color: str | None) -> Any:
