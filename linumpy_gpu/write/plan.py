@@ -206,11 +206,15 @@ def _fill_value(value: Any, dtype: np.dtype) -> Any:
     """``value`` as the arrays' fill value of ``dtype``, or WriteError where that dtype
     cannot hold it exactly."""
     given = np.asarray(value)
+    if isinstance(value, int) and given.dtype.kind == "O":  # an integer beyond 64 bits
+        raise WriteError(f"fill_value {value!r} cannot be stored as {dtype} without changing")
     if given.ndim != 0 or given.dtype.kind not in "biuf":
         raise WriteError(f"fill_value must be one number, got {value!r}")
     with np.errstate(over="ignore", invalid="ignore"):
         stored = given.astype(dtype)
-    same = bool(stored == given) or (
+    # compared as Python numbers, which compare integers and floats exactly (numpy would
+    # compare 2**53 + 1 and its float64 rounding as two equal float64s)
+    same = stored.item() == given.item() or (
         dtype.kind == "f" and bool(np.isnan(given)) and bool(np.isnan(stored))
     )
     if not same:

@@ -1190,6 +1190,31 @@ def test_a_fill_value_the_dtype_cannot_hold_is_refused(tmp_path, fill):
     assert not (tmp_path / "a.zarr").exists()
 
 
+@pytest.mark.parametrize(
+    ("dtype", "fill"),
+    [
+        ("f8", 2**53 + 1),
+        ("f4", 2**24 + 1),
+        ("f8", np.int64(2**62 + 1)),
+        ("u8", 2**64),
+        ("i8", -(2**63) - 1),
+    ],
+)
+def test_an_integer_fill_value_a_dtype_would_round_is_refused(tmp_path, dtype, fill):
+    with pytest.raises(lg.WriteError, match="cannot be stored as"):
+        lg.write_ome_zarr(tmp_path / "a.zarr", np.ones((4, 8, 8), dtype), fill_value=fill)
+    assert not (tmp_path / "a.zarr").exists()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fill"), [("f8", 2**53), ("u8", 2**64 - 1), ("i8", -(2**63)), ("f4", np.float32(0.1))]
+)
+def test_a_fill_value_the_dtype_holds_exactly_is_stored_as_given(tmp_path, dtype, fill):
+    image = lg.write_ome_zarr(tmp_path / "a.zarr", np.ones((4, 8, 8), dtype), fill_value=fill)
+    assert image[0].fill_value == fill
+    assert zarr.open_array(str(tmp_path / "a.zarr" / "0"), mode="r").fill_value == fill
+
+
 def test_convert_into_a_consolidated_group_lists_the_new_image_not_its_build_folder(
     image_path, tmp_path
 ):
