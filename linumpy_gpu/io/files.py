@@ -804,8 +804,9 @@ def built_beside(target: str, overwrite: bool, whole: bool = True) -> Iterator[s
     if os.path.lexists(staging):
         warnings.warn(
             f"'{target}' was replaced, but the store it replaced could not be removed "
-            f"entirely (a read-only folder in it?): what is left of it is in '{staging}'; "
-            "remove that yourself",
+            f"entirely (another process was still writing into it, or a folder in it is "
+            f"read-only): what is left of it is in '{staging}'; the next write of "
+            f"'{target}' on this host removes it, or remove it yourself",
             LinumpyGpuWarning,
             stacklevel=3,
         )

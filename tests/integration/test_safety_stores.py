@@ -990,12 +990,18 @@ def test_an_interrupted_write_of_this_process_leaves_nothing_for_the_next_to_tri
 def test_a_replaced_store_that_cannot_be_removed_is_named_in_a_warning(store, monkeypatch):
     from linumpy_gpu.io import files
 
+    rmtree = files.shutil.rmtree
     monkeypatch.setattr(files.shutil, "rmtree", lambda path, ignore_errors=False: None)
     with pytest.warns(lg.LinumpyGpuWarning, match="could not be removed entirely") as info:
         lg.write_ome_zarr(store, volume(seed=2), overwrite=True, levels=1)
     (left,) = [p for p in store.parent.iterdir() if p != store]
     assert str(left) in str(info[0].message)
     np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], volume(seed=2))
+    # as the warning says: the next write of the store removes what is left
+    monkeypatch.setattr(files.shutil, "rmtree", rmtree)
+    lg.write_ome_zarr(store, volume(seed=3), overwrite=True, levels=1)
+    assert [p for p in store.parent.iterdir() if p != store] == []
+    np.testing.assert_array_equal(lg.open_ome_zarr(store)[0][...], volume(seed=3))
 
 
 def test_build_folders_of_other_hosts_are_left_alone(store, tmp_path):
