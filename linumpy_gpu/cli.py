@@ -1202,7 +1202,18 @@ def _label_properties(label: MultiscaleImage, name: str) -> list[dict[str, Any]]
     meta = label.image_label
     if meta is None or not meta.properties:
         return None
-    props = [dict(p) for p in meta.properties if isinstance(p.get("label-value"), int)]
+    from linumpy_gpu.ngff._common import is_integral
+
+    props = [
+        {**p, "label-value": int(p["label-value"])}
+        for p in meta.properties
+        if is_integral(p.get("label-value"))
+    ]
+    if len(props) < len(meta.properties):
+        _note(
+            f"label image '{name}': properties of label values that are not integers are "
+            "not carried over (label images hold integers)"
+        )
     colors = _label_colors(label)
     if not colors:
         return props or None

@@ -532,8 +532,9 @@ def parse_image_label(
         )
     properties = []
     for i, p in enumerate(entries("properties")):
-        label_value(p, f"image-label.properties[{i}]")
-        properties.append(dict(p))
+        value = label_value(p, f"image-label.properties[{i}]")
+        # the same value as its colour entry's: an integer written as 1.0 is 1 in both
+        properties.append({**p, "label-value": int(value)} if integers else dict(p))
     source = block.get("source")
     if source is not None:
         source = mapping(source, where, "image-label.source")

@@ -526,6 +526,47 @@ def test_convert_an_ome_zarr_py_image_with_labels_without_a_channel_axis(tmp_pat
     assert main(["validate", str(dst)]) == 0
 
 
+@pytest.mark.parametrize("with_colors", [False, True])
+def test_convert_keeps_label_properties_whose_value_is_written_as_a_float(tmp_path, with_colors):
+    src, dst = tmp_path / "src.zarr", tmp_path / "dst.zarr"
+    axes = [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}]
+    datasets = [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1, 1]}]}]
+
+    def multiscales(name):
+        return [{"axes": axes, "name": name, "version": "0.4", "datasets": datasets}]
+
+    root = zarr.open_group(str(src), mode="w", zarr_format=2)
+    root.create_array("0", shape=(8, 8), dtype="uint8", chunks=(8, 8))[...] = 0
+    root.attrs.put({"multiscales": multiscales("img")})
+    labels = root.create_group("labels")
+    labels.attrs.put({"labels": ["seg"]})
+    seg = labels.create_group("seg")
+    seg.create_array("0", shape=(8, 8), dtype="uint8", chunks=(8, 8))[...] = 1
+    image_label = {
+        "version": "0.4",
+        "properties": [{"label-value": 1.0, "class": "nucleus", "area": 64}],
+    }
+    if with_colors:
+        image_label["colors"] = [{"label-value": 1, "rgba": [255, 0, 0, 255]}]
+    seg.attrs.put({"multiscales": multiscales("seg"), "image-label": image_label})
+    assert main(["convert", str(src), str(dst), "--version", "0.4", "--device", "cpu"]) == 0
+    out = lg.open_ome_zarr(dst).labels["seg"].image_label
+    assert out.properties == ({"label-value": 1, "class": "nucleus", "area": 64},)
+
+
+def test_label_properties_of_values_that_are_not_integers_are_dropped_with_a_note(capsys):
+    from types import SimpleNamespace
+
+    from linumpy_gpu.cli import _label_properties
+    from linumpy_gpu.ngff import ImageLabelMeta
+
+    meta = ImageLabelMeta("0.3", (), ({"label-value": 1.5, "a": 1}, {"label-value": 2, "a": 2}))
+    assert _label_properties(SimpleNamespace(image_label=meta), "seg") == [
+        {"label-value": 2, "a": 2}
+    ]
+    assert "not integers are not carried over" in capsys.readouterr().err
+
+
 def test_convert_recompute_levels_and_layout_options(image_path, tmp_path):
     dst = tmp_path / "r.zarr"
     argv = ["convert", str(image_path), str(dst), "--device", "cpu", "--pyramid", "recompute"]

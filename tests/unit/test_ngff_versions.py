@@ -520,6 +520,19 @@ def test_image_label_values_are_integers_and_properties_may_list_other_values():
     assert isinstance(meta.colors[0].label_value, int)
 
 
+def test_an_integer_label_value_written_as_a_float_is_the_same_integer_in_properties():
+    meta = parse_image_label(
+        {
+            "colors": [{"label-value": 1, "rgba": [1, 2, 3, 4]}],
+            "properties": [{"label-value": 1.0, "class": "nucleus", "area": 64}],
+        },
+        "0.4",
+        WHERE,
+    )
+    assert meta.properties == ({"label-value": 1, "class": "nucleus", "area": 64},)
+    assert type(meta.properties[0]["label-value"]) is int
+
+
 def _plate(**over):
     plate = {
         "name": "p",
