@@ -296,7 +296,13 @@ def write_labels(
         _check_destination(target, overwrite, whole=False)
         with translated_errors(target), built_beside(target, overwrite, whole=False) as staging:
             write_image(
-                _local_group(staging, plan), data, plan, backend, False, target, None, _unfinished
+                _local_group(staging, plan),
+                data,
+                plan,
+                backend,
+                False,
+                target,
+                unfinished=_unfinished,
             )
     else:
         if getattr(store, "read_only", False):
@@ -305,7 +311,7 @@ def write_labels(
         label_root = _remote_group(
             store, f"{labels_path}/{name}", plan, overwrite, where, whole=False
         )
-        write_image(label_root, data, plan, backend, False, where, None, _unfinished)
+        write_image(label_root, data, plan, backend, False, where, unfinished=_unfinished)
     # the listing is read, extended and written back: one writer at a time (other
     # processes too, on a local store), or concurrent label writes lose entries
     listing = (
